@@ -1,0 +1,284 @@
+"""Activities that turn a library definition (and a spec) into rendered phases.
+
+``load_session`` runs once at session start: it finds the workflow, snapshots
+the spec (dynamic workflows) and renders phase 0. ``render_phase`` renders one
+later phase from the definition reference; the workflow runs it as a local
+activity so advancing costs no extra server round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.library import (
+    WorkflowDir,
+    find_workflow,
+    load_gate_file,
+    static_phase_dir,
+    static_phase_tasks,
+)
+from activities.snapshots import SnapshotStore, resolve_spec_path
+from activities.templates import Renderer
+from domain.errors import DefinitionError, PhasegateError
+from domain.gate_fallback import gate_from_checklist
+from domain.gates import GateDefinition, GateRule
+from domain.messages import (
+    DefinitionRef,
+    LoadSessionRequest,
+    PhaseDefinition,
+    RenderedTask,
+    RenderPhaseRequest,
+    SessionPlan,
+)
+from domain.spec import ParsedSpec, SpecPhase
+
+__all__ = ["DefinitionActivities", "to_application_error"]
+
+
+def to_application_error(exc: PhasegateError) -> ApplicationError:
+    """A phasegate error as a non-retryable ``ApplicationError`` (type = error code)."""
+    return ApplicationError(str(exc), exc.details(), type=exc.code, non_retryable=True)
+
+
+class DefinitionActivities:
+    """Loads and renders workflow definitions from ``library_paths``.
+
+    Args:
+        library_paths: Library folders searched in order.
+        home: phasegate's data folder (spec snapshots live under it).
+    """
+
+    def __init__(self, library_paths: list[str], home: str) -> None:
+        self.library_paths = list(library_paths)
+        self.snapshots = SnapshotStore(home)
+        self.renderer = Renderer()
+
+    # ---- activities ----------------------------------------------------
+
+    @activity.defn(name="load_session")
+    def load_session(self, req: LoadSessionRequest) -> SessionPlan:
+        """Resolve the workflow, snapshot the spec if dynamic, render phase 0."""
+        try:
+            return self.plan(req)
+        except PhasegateError as exc:
+            raise to_application_error(exc) from None
+
+    @activity.defn(name="render_phase")
+    def render_phase(self, req: RenderPhaseRequest) -> PhaseDefinition:
+        """Render phase ``req.index`` of the session described by ``req.ref``."""
+        try:
+            wf = find_workflow(req.ref.workflow_type, self.library_paths)
+            return self.build_phase(wf, req.ref, req.index)
+        except PhasegateError as exc:
+            raise to_application_error(exc) from None
+
+    # ---- plain methods (also used by the CLI and tests) ------------------
+
+    def plan(self, req: LoadSessionRequest) -> SessionPlan:
+        wf = find_workflow(req.workflow_type, self.library_paths)
+        meta = wf.metadata
+        static_count = len(meta.static_phases)
+        snapshot_id = spec_source = None
+        total = static_count
+        if meta.dynamic_phases:
+            cfg = meta.dynamic_config
+            key = cfg.source_path_key if cfg else "spec_path"
+            raw = getattr(req.options, key, None) or (req.options.model_extra or {}).get(key)
+            if not raw:
+                raise DefinitionError(
+                    f"workflow {meta.workflow_type} builds its phases from a spec",
+                    where=f"options.{key}",
+                    hint=f"start it with options.{key} set to the spec's tasks.md or its folder",
+                )
+            spec_file = resolve_spec_path(str(raw), req.target)
+            spec = self.snapshots.take(spec_file)
+            snapshot_id, spec_source = spec.sha256, str(spec_file.resolve())
+            total = static_count + len(spec.phases)
+        if total == 0:
+            raise DefinitionError(
+                "workflow defines no phases", where=str(wf.path / "metadata.json")
+            )
+        ref = DefinitionRef(
+            workflow_type=meta.workflow_type,
+            target=req.target,
+            total_phases=total,
+            static_phase_count=static_count,
+            snapshot_id=snapshot_id,
+            spec_source=spec_source,
+        )
+        return SessionPlan(
+            name=meta.name or meta.workflow_type,
+            description=meta.description,
+            ref=ref,
+            first_phase=self.build_phase(wf, ref, 0),
+        )
+
+    def build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:
+        if not 0 <= index < ref.total_phases:
+            raise DefinitionError(f"phase {index} does not exist (0..{ref.total_phases - 1})")
+        session = {
+            "workflow_type": ref.workflow_type,
+            "target": ref.target,
+            "total_phases": ref.total_phases,
+        }
+        if index < ref.static_phase_count:
+            return self._static_phase(wf, session, index)
+        assert ref.snapshot_id is not None
+        spec = self.snapshots.get(ref.snapshot_id, ref.spec_source)
+        return self._dynamic_phase(wf, session, spec, index, index - ref.static_phase_count)
+
+    def _static_phase(self, wf: WorkflowDir, session: dict[str, Any], index: int) -> PhaseDefinition:
+        meta_phase = wf.metadata.static_phases[index]
+        pdir = static_phase_dir(wf.path, meta_phase)
+        label = str(meta_phase.phase_number)
+        phase_ctx = {
+            "number": index,
+            "label": label,
+            "name": meta_phase.phase_name,
+            "description": meta_phase.purpose,
+            "estimated_duration": meta_phase.estimated_effort,
+            "tasks": [t.model_dump() for t in meta_phase.tasks],
+            "validation_gate": list(getattr(meta_phase, "validation_criteria", None) or []),
+        }
+        ctx = _context(session, phase_ctx, index)
+        content = self.renderer.render(pdir / "phase.md", ctx)
+        tasks = []
+        for k, (t, path) in enumerate(static_phase_tasks(wf.path, meta_phase), start=1):
+            task_ctx = {**t.model_dump(), "id": str(t.task_number), "number": k}
+            body = self.renderer.render(path, _task_context(ctx, task_ctx))
+            tasks.append(
+                RenderedTask(
+                    id=str(t.task_number), number=k, name=t.name or _first_heading(body), content=body
+                )
+            )
+        gate = load_gate_file(pdir / "gate-definition.yaml", fallback_markdown=content)
+        return PhaseDefinition(
+            index=index,
+            label=label,
+            name=meta_phase.phase_name or f"Phase {label}",
+            content=content,
+            tasks=tasks,
+            gate=gate,
+            requires_approval=meta_phase.requires_approval,
+            approvers=list(meta_phase.approvers),
+        )
+
+    def _dynamic_phase(
+        self,
+        wf: WorkflowDir,
+        session: dict[str, Any],
+        spec: ParsedSpec,
+        index: int,
+        spec_index: int,
+    ) -> PhaseDefinition:
+        cfg = wf.metadata.dynamic_config
+        assert cfg is not None
+        sp = spec.phases[spec_index]
+        tasks = [{**t.model_dump(), "number": k} for k, t in enumerate(sp.tasks, start=1)]
+        phase_ctx = {
+            "number": index,
+            "label": str(sp.number),
+            "name": sp.name,
+            "description": sp.description,
+            "estimated_duration": sp.estimated_duration,
+            "tasks": tasks,
+            "validation_gate": list(sp.validation_gate),
+        }
+        ctx = _context(session, phase_ctx, index)
+        ctx["spec"] = {"title": spec.title, "source": spec.source}
+        content = self.renderer.render(wf.path / cfg.templates["phase"], ctx)
+        task_tpl = wf.path / cfg.templates["task"]
+        rendered = [
+            RenderedTask(
+                id=t["id"],
+                number=t["number"],
+                name=t["name"],
+                content=self.renderer.render(task_tpl, _task_context(ctx, t)),
+                status=t["status"],
+                optional=t["optional"],
+            )
+            for t in tasks
+        ]
+        base = load_gate_file(wf.path / "phases" / "dynamic" / "gate-definition.yaml")
+        return PhaseDefinition(
+            index=index,
+            label=str(sp.number),
+            name=sp.name,
+            content=content,
+            tasks=rendered,
+            gate=_dynamic_gate(base, sp, source=f"{spec.source}:{sp.line}"),
+        )
+
+
+def _context(session: dict[str, Any], phase: dict[str, Any], index: int) -> dict[str, Any]:
+    total = session["total_phases"]
+    gate_items = phase["validation_gate"]
+    return {
+        "session": session,
+        "phase": phase,
+        "spec": {"title": "", "source": ""},
+        "task_count": len(phase["tasks"]),
+        "next_phase_number": index + 1 if index + 1 < total else None,
+        "legacy": {
+            "PHASE_NUMBER": index,
+            "PHASE_NAME": phase["name"],
+            "PHASE_DESCRIPTION": phase["description"],
+            "ESTIMATED_DURATION": phase["estimated_duration"] or "not estimated",
+            "TASK_COUNT": len(phase["tasks"]),
+            "NEXT_PHASE_NUMBER": index + 1 if index + 1 < total else "none (last phase)",
+            "VALIDATION_GATE": "\n".join(f"- [ ] {item}" for item in gate_items) or "- none",
+        },
+    }
+
+
+def _task_context(ctx: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
+    count = ctx["task_count"]
+    nxt = task["number"] + 1 if task["number"] < count else None
+    legacy = {
+        **ctx["legacy"],
+        "TASK_ID": task.get("id", ""),
+        "TASK_NAME": task.get("name", ""),
+        "TASK_DESCRIPTION": task.get("description") or task.get("purpose", ""),
+        "ESTIMATED_TIME": task.get("estimated_time") or "not estimated",
+        "DEPENDENCIES": ", ".join(task.get("dependencies") or []) or "None",
+        "ACCEPTANCE_CRITERIA": "\n".join(f"- {c}" for c in task.get("acceptance_criteria") or [])
+        or "- none stated",
+        "NEXT_TASK_NUMBER": nxt if nxt is not None else "none (last task of the phase)",
+    }
+    return {**ctx, "task": task, "next_task_number": nxt, "legacy": legacy}
+
+
+def _dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDefinition:
+    """Base dynamic gate + one boolean per validation-gate item + required task ids."""
+    items = gate_from_checklist(sp.validation_gate, source=source)
+    fields = {**base.fields, **{k: v for k, v in items.fields.items() if k not in base.fields}}
+    rules = list(base.rules) + list(items.rules)
+    required_ids = [t.id for t in sp.tasks if not t.optional]
+    if "tasks_completed" in fields and required_ids:
+        expr = " and ".join(f"{t!r} in tasks_completed" for t in required_ids)
+        rules.append(
+            GateRule(
+                name="all_required_tasks_completed",
+                expr=expr,
+                message="tasks_completed must list every required task of this phase: "
+                + ", ".join(required_ids),
+            )
+        )
+    return base.model_copy(
+        update={
+            "fields": fields,
+            "rules": rules,
+            "validators": {**items.validators, **base.validators},
+            "source": f"{base.source} + validation gate at {source}",
+        }
+    )
+
+
+def _first_heading(text: str) -> str:
+    for line in text.splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+    return ""

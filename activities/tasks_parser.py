@@ -1,0 +1,167 @@
+"""Parse a spec's tasks.md into phases and tasks (``domain.spec.ParsedSpec``).
+
+Structure comes from markdown-it-py's token stream, so fenced and indented
+code is never read as tasks and every phase and task keeps its line number.
+Handled layouts (see ``tests/fixtures/tasks/`` for one file per family):
+
+* phase headings ``## Phase 1: Name`` / ``### Phase 0 - Name`` / ``## PHASE 2: NAME``;
+* tasks as checkbox items (``- [ ] **Task 1.1**: Name``, spec-kit's
+  ``- [ ] T001 [P] [US1] text``, ``- [x] 1.1 text``, ``- [ ]* 2.1 text``) or as
+  headings (``#### Task 1.1: Name``, ``### P1-T2: Name``);
+* metadata bullets (Estimated Time, Dependencies, Acceptance Criteria,
+  ``_Requirements: 1.1_``) and ``**Validation Gate:**`` / ``**Checkpoint**:`` blocks;
+* files without phase headings: numbered top-level items are the phases.
+
+The only exception that leaves ``parse_tasks_md`` is ``SpecParseError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from markdown_it import MarkdownIt
+
+from activities._tasks_md_text import match_phase, plain_heading
+from activities._tasks_md_tree import LISTS, Node, build_tree, item_text
+from activities._tasks_md_walk import PhaseHeadingWalker, phase_level, walk_numbered
+from domain.errors import SpecParseError
+from domain.spec import ParsedSpec, ParseWarning
+
+__all__ = ["parse_tasks_md", "generate_tasks_md", "EXPECTED_FORMAT_HINT"]
+
+EXPECTED_FORMAT_HINT = (
+    "write phase headings such as '## Phase 1: Setup' followed by checkbox tasks "
+    "('- [ ] 1.1 Create the project' or '- [ ] **Task 1.1**: Name') or task headings "
+    "('#### Task 1.1: Name'); without phase headings, use a numbered list "
+    "('1. Set up' or '- [ ] 1. Set up') whose nested items are the tasks"
+)
+
+# The inline rule is off: only block structure is used, and names keep their
+# markdown as written (backticks, links), which is what an agent should see.
+_MD = MarkdownIt("commonmark").disable("inline")
+
+
+def parse_tasks_md(text: str, *, source: str = "tasks.md") -> ParsedSpec:
+    """Parse the text of a tasks.md into phases, tasks and validation gates.
+
+    Args:
+        text: The whole file, as read (CRLF line endings are fine).
+        source: Path or name of the file, used in errors and ``ParsedSpec.source``.
+
+    Returns:
+        The parsed spec: phases numbered as written, ``sha256`` of ``text``
+        (UTF-8), and warnings for odd but tolerated input (duplicate task ids,
+        phases without tasks, task-like items outside any phase).
+
+    Raises:
+        SpecParseError: The file is empty, yields no phases, or could not be
+            parsed; it carries a line number and a hint on the expected format.
+    """
+    try:
+        return _parse(text, source)
+    except SpecParseError:
+        raise
+    except Exception as exc:  # anything else is a parser bug; report it as a parse error
+        raise SpecParseError(
+            f"could not parse tasks.md ({type(exc).__name__}: {exc})",
+            source=source,
+            line=1,
+            hint="this is a phasegate bug; please report it with the file attached",
+        ) from exc
+
+
+def _parse(text: str, source: str) -> ParsedSpec:
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if not text.strip():
+        raise SpecParseError("the file is empty", source=source, line=1, hint=EXPECTED_FORMAT_HINT)
+    nodes = build_tree(_MD.parse(text))
+    title = next((plain_heading(n.content) for n in nodes if n.type == "heading" and n.level == 1), "")
+    warnings: list[ParseWarning] = []
+    level = phase_level(nodes)
+    if level is not None:
+        drafts = PhaseHeadingWalker(level, warnings).run(nodes)
+    else:
+        drafts = walk_numbered(nodes, title, warnings)
+    if not drafts:
+        raise SpecParseError(
+            "no phases found",
+            source=source,
+            line=_best_line(nodes),
+            hint=EXPECTED_FORMAT_HINT,
+        )
+    for phase in drafts:
+        if not phase.tasks:
+            warnings.append(
+                ParseWarning(
+                    line=phase.line,
+                    message=f"phase {phase.number} ({phase.name!r}) has no tasks",
+                )
+            )
+    warnings.sort(key=lambda w: w.line)
+    return ParsedSpec(
+        source=source,
+        title=title,
+        phases=[p.to_model() for p in drafts],
+        warnings=warnings,
+        sha256=digest,
+    )
+
+
+def _best_line(nodes: list[Node]) -> int:
+    """Where to point when no phase was found: a heading or item mentioning a phase."""
+    for node in nodes:
+        if node.type == "heading" and "phase" in node.content.lower():
+            return node.line
+        if node.type in LISTS:
+            for item in node.children:
+                if "phase" in item_text(item)[0].lower():
+                    return item.line
+    return 1
+
+
+def generate_tasks_md(n_tasks: int, tasks_per_phase: int = 20) -> str:
+    """Build a realistic spec-kit style tasks.md with ``n_tasks`` tasks (for benchmarks).
+
+    Each phase has a purpose line, an estimated duration, ``tasks_per_phase``
+    checkbox tasks (``- [ ] T001 [P] [US1] ...``; every fifth task carries
+    nested Dependencies and Acceptance Criteria bullets) and a checkpoint; the
+    file ends with the usual non-phase sections.
+
+    Args:
+        n_tasks: Total number of tasks (0 gives a file with no phases).
+        tasks_per_phase: Tasks per phase; the last phase may have fewer.
+
+    Returns:
+        The markdown text; ``parse_tasks_md`` reads it back with
+        ``ceil(n_tasks / tasks_per_phase)`` phases numbered from 1.
+
+    Raises:
+        ValueError: ``n_tasks`` is negative or ``tasks_per_phase`` is below 1.
+    """
+    if n_tasks < 0 or tasks_per_phase < 1:
+        raise ValueError("n_tasks must be >= 0 and tasks_per_phase >= 1")
+    out = [f"# Tasks: Generated feature ({n_tasks} tasks)\n\n**Input**: specs/001-generated/\n"]
+    for start in range(0, n_tasks, tasks_per_phase):
+        number = start // tasks_per_phase + 1
+        story = f"US{number}"
+        out.append(
+            f"\n## Phase {number}: User Story {number} - Component {number} (Priority: P{number % 3 + 1})\n\n"
+            f"**Purpose**: Deliver component {number} end to end.\n\n"
+            f"**Estimated Duration**: {number % 4 + 1} days\n\n"
+        )
+        for k in range(start, min(start + tasks_per_phase, n_tasks)):
+            tid = f"T{k + 1:03d}"
+            marker = "[P] " if k % 3 else ""
+            out.append(f"- [ ] {tid} {marker}[{story}] Implement part {k + 1} in src/component_{number}/part_{k + 1}.py\n")
+            if k % 5 == 4:
+                out.append(
+                    f"  - **Dependencies**: T{k:03d}\n"
+                    f"  - **Acceptance Criteria**:\n"
+                    f"    - [ ] tests/component_{number}/test_part_{k + 1}.py passes\n"
+                )
+        out.append(f"\n**Checkpoint**: Component {number} works on its own\n\n---\n")
+    out.append(
+        "\n## Dependencies & Execution Order\n\n- Each phase depends on the previous one.\n"
+        "\n## Notes\n\n- [P] tasks touch different files.\n"
+    )
+    return "".join(out)

@@ -1,0 +1,44 @@
+"""Everything that talks to Temporal from outside a worker.
+
+- :class:`PhasegateClient` (``client.api``): typed async API to start, read and
+  drive gated sessions; what the CLI and the MCP server use.
+- :func:`connect` / :func:`load_settings` (``client.connect``): a Temporal
+  client with phasegate's settings and the pydantic data converter.
+- :class:`DevServer` (``client.devserver``): the embedded Temporal dev server.
+- ``client.cli``: the ``phasegate`` command line.
+
+Names are imported on first use, so importing ``client`` (or ``client.cli``
+for ``phasegate --help``) does not load the Temporal SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from client.api import PhasegateClient
+    from client.connect import connect, load_settings
+    from client.devserver import DevServer
+
+__all__ = ["DevServer", "PhasegateClient", "connect", "load_settings"]
+
+_HOMES = {
+    "PhasegateClient": "client.api",
+    "connect": "client.connect",
+    "load_settings": "client.connect",
+    "DevServer": "client.devserver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

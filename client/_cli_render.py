@@ -1,0 +1,283 @@
+"""Human-readable rendering for the ``phasegate`` CLI (pure: models in, text out).
+
+Kept apart from ``client.cli`` so the command handlers stay short. Every
+function returns a string; the caller decides where it goes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from activities.library import CheckReport, WorkflowDir
+    from client.api import SessionListing
+    from domain.gates import Problem
+    from domain.messages import (
+        CheckpointResult,
+        ControlResult,
+        PhaseContent,
+        PhaseView,
+        SequenceViolation,
+        SessionView,
+        TaskSummary,
+        TaskView,
+    )
+    from domain.spec import ParsedSpec
+
+__all__ = [
+    "phase_count",
+    "problem_line",
+    "progress_line",
+    "render_check",
+    "render_checkpoint",
+    "render_control",
+    "render_library",
+    "render_listings",
+    "render_phase",
+    "render_spec",
+    "render_status",
+    "render_task",
+    "render_violation",
+    "table",
+    "to_json",
+    "ui_url",
+]
+
+_BOX = {"todo": "[ ]", "done": "[x]", "in_progress": "[-]", "skipped": "[~]"}
+
+
+def to_json(data: Any) -> str:
+    """Machine output: a pydantic model (or a list of them, or plain data) as JSON."""
+    if hasattr(data, "model_dump"):
+        data = data.model_dump(mode="json")
+    elif isinstance(data, list):
+        data = [d.model_dump(mode="json") if hasattr(d, "model_dump") else d for d in data]
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> str:
+    """A plain left-aligned text table (the last column is not padded)."""
+    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for r in cells:
+        parts = [c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]]
+        lines.append(indent + "  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def ui_url(ui_port: int, namespace: str, session_id: str) -> str:
+    return f"http://localhost:{ui_port}/namespaces/{namespace}/workflows/{session_id}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def problem_line(p: Problem) -> str:
+    """``field: message (expected …, got …)`` with the empty parts left out."""
+    extra = [f"{k} {v}" for k, v in (("expected", p.expected), ("got", p.got)) if v]
+    return f"{p.field}: {p.message}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _problems(title: str, problems: Sequence[Problem]) -> list[str]:
+    return [title, *(f"  - {problem_line(p)}" for p in problems)] if problems else []
+
+
+def progress_line(view: SessionView) -> str:
+    """``phase 2/5 (Plan) — awaiting approval by alice`` (or completed/abandoned)."""
+    total = view.total_phases
+    where = f"phase {view.current_phase + 1}/{total} ({view.current_phase_name})"
+    if view.status == "completed":
+        return f"completed — all {total} phases done"
+    if view.status == "abandoned":
+        return f"abandoned at {where}"
+    state = {
+        "active": "awaiting checkpoint evidence",
+        "awaiting_approval": "awaiting approval by "
+        + (", ".join(view.awaiting_approval_from) or "an approver"),
+        "paused": "paused (resume with `phasegate control ID resume`)",
+        "starting": "starting",
+    }.get(view.status, view.status)
+    return f"{where} — {state}"
+
+
+def render_status(session_id: str, view: SessionView) -> str:
+    title = view.name or view.workflow_type
+    lines = [f"{session_id} · {title} [{view.workflow_type}] on {view.target or '-'}"]
+    lines.append(progress_line(view))
+    for cp in view.completed_phases:
+        label = f" (spec {cp.label})" if cp.label and cp.label != str(cp.phase) else ""
+        lines.append(f"  ✓ {cp.phase} {cp.name}{label} — {_plural(cp.attempts, 'attempt')}")
+    if view.status not in ("completed", "abandoned"):
+        lines.append(
+            f"  ▸ {view.current_phase} {view.current_phase_name} — "
+            f"{_plural(view.attempts, 'attempt')} so far"
+        )
+    lines += _problems("last problems:", view.last_problems)
+    if view.feedback:
+        lines.append(f"reviewer feedback: {view.feedback}")
+    for a in view.approvals[-3:]:
+        verb = "approved" if a.decision == "approve" else "rejected"
+        note = f": {a.comment}" if a.comment else ""
+        lines.append(f"{verb} phase {a.phase} by {a.approver}{note}")
+    if view.last_signal_error:
+        lines.append(f"last signalled checkpoint failed: {view.last_signal_error}")
+    return "\n".join(lines)
+
+
+def _tasks(tasks: Sequence[TaskSummary]) -> list[str]:
+    if not tasks:
+        return []
+    lines = [f"Tasks ({len(tasks)}):"]
+    for t in tasks:
+        opt = " (optional)" if t.optional else ""
+        tid = f"{t.id} " if t.id and t.id != str(t.number) else ""
+        lines.append(f"  {_BOX.get(t.status, '[?]')} {t.number}. {tid}{t.name}{opt}")
+    return lines
+
+
+def _heading(phase: int, label: str, name: str) -> str:
+    written = f" (written as {label})" if label and label != str(phase) else ""
+    return f"Phase {phase}{written}: {name}"
+
+
+def render_phase(view: PhaseView) -> str:
+    lines = [f"{_heading(view.phase, view.label, view.name)}  [{view.state}]", ""]
+    lines += [view.content.rstrip(), ""]
+    lines += _tasks(view.tasks)
+    gate = view.gate
+    if gate.fields:
+        lines.append("Gate evidence:")
+        rows = [
+            (name, f.type, "yes" if f.required else "no", f.description)
+            for name, f in gate.fields.items()
+        ]
+        lines.append(table(("FIELD", "TYPE", "REQUIRED", "DESCRIPTION"), rows, indent="  "))
+        if not gate.strict:
+            lines.append("  (not strict: validator failures are warnings)")
+    else:
+        lines.append("Gate evidence: none required")
+    if gate.requires_approval:
+        lines.append(f"Requires approval by: {', '.join(gate.approvers) or 'any approver'}")
+    for key, art in view.artifacts.items():
+        by = f", approved by {art.approved_by}" if art.approved_by else ""
+        lines.append(f"Artifact {key} (attempt {art.attempt}{by}): {json.dumps(art.evidence)}")
+    if view.context:
+        lines.append(f"Context: {_plural(len(view.context), 'item')} (see --json)")
+    return "\n".join(lines).rstrip()
+
+
+def render_task(view: TaskView) -> str:
+    t = view.task
+    tid = f" {t.id}" if t.id and t.id != str(t.number) else ""
+    head = f"Phase {view.phase} · task {t.number}{tid}: {t.name}  {_BOX.get(t.status, '[?]')}"
+    return f"{head}\n\n{view.content.rstrip()}"
+
+
+def render_violation(v: SequenceViolation) -> str:
+    done = ", ".join(str(p) for p in v.completed_phases) or "none"
+    return (
+        f"{v.message} (requested phase {v.requested_phase}; current phase is "
+        f"{v.current_phase} of {v.total_phases}, completed: {done}; "
+        f"hint: finish the current phase first — `phasegate phase ID` shows it)"
+    )
+
+
+def _next_phase(p: PhaseContent) -> list[str]:
+    return ["", f"Now on {_heading(p.phase, p.label, p.name)}", "", p.content.rstrip(), "",
+            *_tasks(p.tasks)]
+
+
+def render_checkpoint(session_id: str, phase: int, r: CheckpointResult) -> str:
+    if not r.passed:
+        head = (f"failed: phase {phase} checkpoint, attempt {r.attempt} — "
+                f"{_plural(len(r.problems), 'problem')}")
+        lines = [head]
+        lines += [f"  - {problem_line(p)}" for p in r.problems]
+        lines += _problems("warnings:", r.warnings)
+        if r.example_evidence:
+            lines += ["example evidence:", r.example_evidence.rstrip()]
+        return "\n".join(lines)
+    lines = [f"passed: phase {phase} checkpoint, attempt {r.attempt}"]
+    lines += _problems("warnings:", r.warnings)
+    if r.completed:
+        lines.append("session completed — every phase is done")
+    elif r.awaiting_approval:
+        lines.append(
+            f"awaiting approval: `phasegate approve {session_id} --as NAME` "
+            f"(or reject with a --comment)"
+        )
+    elif r.next_phase is not None:
+        lines += _next_phase(r.next_phase)
+    return "\n".join(lines).rstrip()
+
+
+def render_control(r: ControlResult) -> str:
+    return f"{r.action}: session is {r.status}, on phase {r.current_phase}"
+
+
+def render_listings(rows: Sequence[SessionListing]) -> str:
+    if not rows:
+        return "no sessions"
+    out = []
+    for s in rows:
+        status = s.status or s.execution_status
+        if s.execution_status not in ("running", "completed", "continued_as_new"):
+            status += f" ({s.execution_status})"
+        started = s.started_at.strftime("%Y-%m-%d %H:%M") if s.started_at else ""
+        out.append((s.session_id, s.workflow_type, status, "" if s.phase is None else s.phase,
+                    started))
+    return table(("SESSION", "WORKFLOW", "STATUS", "PHASE", "STARTED"), out)
+
+
+def render_spec(spec: ParsedSpec) -> str:
+    title = f" — {spec.title}" if spec.title else ""
+    head = (f"{spec.source}{title}: {_plural(len(spec.phases), 'phase')}, "
+            f"{_plural(spec.task_count, 'task')}")
+    lines = [head]
+    for ph in spec.phases:
+        est = f" [{ph.estimated_duration}]" if ph.estimated_duration else ""
+        lines.append(f"Phase {ph.number}: {ph.name}  (line {ph.line}){est}")
+        for t in ph.tasks:
+            marks = "".join(
+                [" [P]" if t.parallel else "", *(f" [{s}]" for s in t.stories),
+                 " (optional)" if t.optional else ""]
+            )
+            lines.append(f"  {_BOX.get(t.status, '[?]')} {t.id}  {t.name}{marks}")
+        if not ph.tasks:
+            lines.append("  (no tasks)")
+        if ph.validation_gate:
+            lines.append("  validation gate:")
+            lines += [f"    - {item}" for item in ph.validation_gate]
+    if spec.warnings:
+        lines.append("warnings:")
+        lines += [f"  {spec.source}:{w.line}: {w.message}" for w in spec.warnings]
+    return "\n".join(lines)
+
+
+def phase_count(wf: WorkflowDir) -> str:
+    n = len(wf.metadata.static_phases)
+    if wf.metadata.dynamic_phases:
+        return f"{n}+dynamic" if n else "dynamic"
+    return str(n)
+
+
+def render_library(workflows: Sequence[WorkflowDir]) -> str:
+    if not workflows:
+        return "no workflows found (add a library folder with PHASEGATE_LIBRARY)"
+    rows = [(w.metadata.workflow_type, w.metadata.name, phase_count(w), w.path) for w in workflows]
+    return table(("TYPE", "NAME", "PHASES", "PATH"), rows)
+
+
+def render_check(directory: str, report: CheckReport) -> str:
+    lines = [f"error: {e}" for e in report.errors] + [f"warning: {w}" for w in report.warnings]
+    verdict = "FAILED" if report.errors else "ok"
+    lines.append(
+        f"{directory}: {verdict} — {_plural(len(report.workflows), 'workflow')}"
+        f" ({', '.join(report.workflows) or 'none'}), {_plural(len(report.errors), 'error')}, "
+        f"{_plural(len(report.warnings), 'warning')}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,265 @@
+"""Typed async client for gated sessions (what the CLI and MCP server use).
+
+Failures come back as ``domain.errors`` types with the workflow's code, so a
+caller can branch on ``err.code`` (``phase_sequence_violation``,
+``session_not_active``, ``approval_refused``, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from domain.errors import ERROR_TYPES, PhasegateError, SessionError
+from domain.messages import (
+    ApprovalDecision,
+    CheckpointResult,
+    CheckpointSubmission,
+    ControlRequest,
+    ControlResult,
+    PhaseQuery,
+    PhaseView,
+    SequenceViolation,
+    SessionOptions,
+    SessionSummary,
+    SessionView,
+    StartSession,
+    TaskQuery,
+    TaskView,
+)
+from domain.settings import Settings
+from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
+
+__all__ = ["PhasegateClient", "SessionListing", "SessionNotFound", "error_from"]
+
+
+class SessionNotFound(SessionError):
+    code = "session_not_found"
+
+
+class SessionListing(BaseModel):
+    session_id: str
+    workflow_type: str
+    status: str
+    phase: int | None
+    execution_status: str
+    started_at: datetime | None
+
+
+def error_from(exc: BaseException) -> PhasegateError:
+    """Translate a Temporal client failure into the phasegate error it carries."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    if isinstance(cause, ApplicationError):
+        details = cause.details[0] if cause.details else None
+        cls = ERROR_TYPES.get(cause.type or "", PhasegateError)
+        if isinstance(details, dict) and details.get("message"):
+            err = cls(details["message"], where=details.get("where"), hint=details.get("hint"))
+        else:
+            err = cls(cause.message)
+        if cls is PhasegateError:
+            err.code = cause.type or "phasegate_error"  # keep the workflow's code
+        return err
+    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
+        return SessionNotFound(str(exc.message), hint="check the id with `phasegate list`")
+    return PhasegateError(str(exc) or type(exc).__name__)
+
+
+class PhasegateClient:
+    """Start, read and drive gated sessions.
+
+    Args:
+        client: A connected Temporal client using the pydantic data converter.
+        task_queue: Where the phasegate worker listens.
+    """
+
+    def __init__(self, client: Client, task_queue: str = "phasegate") -> None:
+        self.temporal = client
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> PhasegateClient:
+        from client.connect import connect, load_settings
+
+        settings = settings or load_settings()
+        return cls(await connect(settings), settings.task_queue)
+
+    def handle(self, session_id: str) -> WorkflowHandle[Any, Any]:
+        return self.temporal.get_workflow_handle(session_id)
+
+    async def start(
+        self,
+        workflow_type: str,
+        target: str = "",
+        *,
+        options: SessionOptions | None = None,
+        session_id: str | None = None,
+        wait: bool = True,
+    ) -> str:
+        """Start a session; with ``wait`` also wait until its definition has loaded.
+
+        Returns:
+            The session id (the workflow id).
+
+        Raises:
+            PhasegateError: e.g. ``workflow_not_found``, ``source_parse_failed``.
+        """
+        session_id = session_id or f"{workflow_type}-{uuid.uuid4().hex[:10]}"
+        await self.temporal.start_workflow(
+            GatedSession.run,
+            StartSession(workflow_type=workflow_type, target=target, options=options or SessionOptions()),
+            id=session_id,
+            task_queue=self.task_queue,
+            static_summary=f"phasegate `{workflow_type}` session on `{target or '-'}`",
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(SA_WORKFLOW, workflow_type),
+                    SearchAttributePair(SA_PHASE, 0),
+                    SearchAttributePair(SA_STATUS, "starting"),
+                ]
+            ),
+        )
+        if wait:
+            await self.wait_started(session_id)
+        return session_id
+
+    async def wait_started(self, session_id: str, timeout: float = 60.0) -> SessionView:
+        """Poll until the session has loaded its definition, or raise why it could not."""
+        handle = self.handle(session_id)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                return await handle.query(GatedSession.status)
+            except WorkflowQueryFailedError:
+                pass
+            desc = await handle.describe()
+            if desc.status not in (None, WorkflowExecutionStatus.RUNNING):
+                try:
+                    await handle.result()
+                except WorkflowFailureError as exc:
+                    raise error_from(exc) from None
+            if asyncio.get_running_loop().time() > deadline:
+                raise SessionError(f"session {session_id} did not start within {timeout:.0f}s",
+                                   hint="is a phasegate worker running? (phasegate worker)")
+            await asyncio.sleep(0.05)
+
+    async def status(self, session_id: str) -> SessionView:
+        return await self._query(session_id, GatedSession.status)
+
+    async def phase(self, session_id: str, phase: int | None = None) -> PhaseView | SequenceViolation:
+        if phase is None:
+            phase = (await self.status(session_id)).current_phase
+        return await self._query(session_id, GatedSession.phase, PhaseQuery(phase=phase))
+
+    async def task(self, session_id: str, phase: int, task: str | int) -> TaskView | SequenceViolation:
+        return await self._query(session_id, GatedSession.task, TaskQuery(phase=phase, task=str(task)))
+
+    async def submit(
+        self,
+        session_id: str,
+        phase: int,
+        evidence: dict[str, Any],
+        *,
+        submission_id: str | None = None,
+    ) -> CheckpointResult:
+        """Submit checkpoint evidence; a repeated ``submission_id`` returns the first result."""
+        sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
+        try:
+            return await self.handle(session_id).execute_update(
+                GatedSession.submit_checkpoint, sub, id=submission_id
+            )
+        except (WorkflowUpdateFailedError, RPCError) as exc:
+            raise error_from(exc) from None
+
+    async def signal_checkpoint(self, session_id: str, phase: int, evidence: dict[str, Any],
+                                *, submission_id: str | None = None) -> None:
+        sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
+        try:
+            await self.handle(session_id).signal(GatedSession.checkpoint, sub)
+        except RPCError as exc:
+            raise error_from(exc) from None
+
+    async def decide(
+        self,
+        session_id: str,
+        *,
+        approver: str,
+        decision: str,
+        phase: int | None = None,
+        comment: str = "",
+    ) -> SessionView:
+        """Approve or reject the phase awaiting approval (default: the current phase)."""
+        if phase is None:
+            phase = (await self.status(session_id)).current_phase
+        msg = ApprovalDecision(phase=phase, approver=approver, decision=decision, comment=comment)  # type: ignore[arg-type]
+        try:
+            return await self.handle(session_id).execute_update(GatedSession.decide_approval, msg)
+        except (WorkflowUpdateFailedError, RPCError) as exc:
+            raise error_from(exc) from None
+
+    async def control(self, session_id: str, req: ControlRequest) -> ControlResult:
+        try:
+            return await self.handle(session_id).execute_update(GatedSession.control, req)
+        except (WorkflowUpdateFailedError, RPCError) as exc:
+            raise error_from(exc) from None
+
+    async def result(self, session_id: str) -> SessionSummary:
+        try:
+            handle = self.temporal.get_workflow_handle_for(GatedSession.run, session_id)
+            return await handle.result()
+        except (WorkflowFailureError, RPCError) as exc:
+            raise error_from(exc) from None
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        workflow_type: str | None = None,
+        limit: int = 50,
+    ) -> list[SessionListing]:
+        """Sessions from Temporal visibility, newest first."""
+        clauses = ["WorkflowType = 'GatedSession'"]
+        if status:
+            clauses.append(f"PhasegateStatus = '{_quote(status)}'")
+        if workflow_type:
+            clauses.append(f"PhasegateWorkflow = '{_quote(workflow_type)}'")
+        out: list[SessionListing] = []
+        async for wf in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
+            sa = wf.typed_search_attributes
+            out.append(
+                SessionListing(
+                    session_id=wf.id,
+                    workflow_type=sa.get(SA_WORKFLOW) or "",
+                    status=sa.get(SA_STATUS) or "",
+                    phase=sa.get(SA_PHASE),
+                    execution_status=wf.status.name.lower() if wf.status else "unknown",
+                    started_at=wf.start_time,
+                )
+            )
+        return out
+
+    async def _query(self, session_id: str, query: Any, *args: Any) -> Any:
+        try:
+            return await self.handle(session_id).query(query, *args)
+        except (WorkflowQueryFailedError, RPCError) as exc:
+            raise error_from(exc) from None
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")

@@ -1,0 +1,534 @@
+"""Gate definitions: what evidence a phase needs, and checking evidence against it.
+
+``load_gate`` turns a parsed prAxIs OS ``gate-definition.yaml`` into a
+:class:`GateDefinition`, rejecting mistakes at load time with the YAML path of
+the offending key. ``evaluate_gate`` checks submitted evidence and never raises.
+
+Evaluation order (deterministic): schema fields in file order (required, type,
+enum, min, max, min_length, max_length, pattern, validator), then rules in file
+order. A missing (or null) required field and a wrong type always block; the
+other checks block when ``strict`` and are warnings otherwise. ``pattern`` uses
+:func:`re.search` (anchor it with ``^...$`` for a full match).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from domain.errors import ExpressionError, GateDefinitionError
+from domain.expressions import CompiledExpression, compile_expression
+
+__all__ = [
+    "ApprovalSpec",
+    "FieldSpec",
+    "FieldType",
+    "GateDefinition",
+    "GateEvaluation",
+    "GateRule",
+    "Problem",
+    "evaluate_gate",
+    "load_gate",
+]
+
+FieldType = Literal["boolean", "integer", "number", "string", "list", "dict"]
+
+_TYPE_ALIASES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string",
+                 "array": "list", "object": "dict"}  # fmt: skip
+_TYPE_WORDS = {"boolean": "boolean (true/false)", "integer": "whole number",
+               "number": "finite number", "string": "string", "list": "list",
+               "dict": "mapping (object)"}  # fmt: skip
+_NUMERIC = ("integer", "number")
+_SIZED = ("string", "list", "dict")
+_RULE_SECTIONS = ("rules", "cross_field", "cross_field_rules")
+_GOT_LIMIT = 80
+
+
+class FieldSpec(BaseModel):
+    """One evidence field: its type and the checks its value must pass."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: FieldType = "string"
+    required: bool = True
+    description: str = ""
+    validator: str | None = Field(None, description="Name of an entry in the gate's validators.")
+    validator_params: dict[str, Any] = Field(default_factory=dict)
+    min: float | None = Field(None, allow_inf_nan=False, description="Smallest (integer/number).")
+    max: float | None = Field(None, allow_inf_nan=False, description="Largest (integer/number).")
+    min_length: int | None = Field(None, ge=0, description="Shortest (string/list/dict).")
+    max_length: int | None = Field(None, ge=0, description="Longest (string/list/dict).")
+    pattern: str | None = Field(None, description="Regex a string must contain (re.search).")
+    enum: list[Any] | None = Field(None, description="The only allowed values.")
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _alias(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip().lower()
+            return _TYPE_ALIASES.get(value, value)
+        return value
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        return "" if value is None else value.strip() if isinstance(value, str) else value
+
+    @field_validator("validator_params", mode="before")
+    @classmethod
+    def _params(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FieldSpec:
+        for key, kinds in (("min", _NUMERIC), ("max", _NUMERIC), ("min_length", _SIZED),
+                           ("max_length", _SIZED), ("pattern", ("string",))):  # fmt: skip
+            if getattr(self, key) is not None and self.type not in kinds:
+                raise ValueError(f"{key} does not apply to a {self.type} field")
+        for low, high in (("min", "max"), ("min_length", "max_length")):
+            lo, hi = getattr(self, low), getattr(self, high)
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"{low} ({_num(lo)}) is greater than {high} ({_num(hi)})")
+        if self.validator_params and not self.validator:
+            raise ValueError("validator_params given without a validator")
+        return self
+
+
+class GateRule(BaseModel):
+    """A cross-field rule: an expression over evidence field names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    expr: str = Field(description="e.g. 'tests_passed <= tests_run'.")
+    message: str = ""
+    when: str | None = Field(None, description="Only check the rule when this is true.")
+
+
+class ApprovalSpec(BaseModel):
+    """Whether a person must approve the phase, and who may."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    required: bool = False
+    approvers: list[str] = Field(default_factory=list)
+
+
+class GateDefinition(BaseModel):
+    """Everything a phase's gate checks. Pure data; safe to pass through Temporal."""
+
+    strict: bool = True
+    allow_override: bool = False
+    fields: dict[str, FieldSpec] = Field(default_factory=dict)
+    validators: dict[str, str] = Field(default_factory=dict, description="name -> 'lambda x: ...'")
+    rules: list[GateRule] = Field(default_factory=list)
+    approval: ApprovalSpec = Field(default_factory=ApprovalSpec)
+    verify: list[dict[str, Any]] = Field(default_factory=list, description="Checked elsewhere.")
+    source: str = Field("", description="Where the gate came from, for messages.")
+
+    def public_fields(self) -> dict[str, dict[str, Any]]:
+        """The fields as an agent should see them.
+
+        Returns:
+            ``{name: {"type", "required", "description"}}`` in schema order.
+        """
+        return {
+            name: {"type": s.type, "required": s.required, "description": s.description}
+            for name, s in self.fields.items()
+        }
+
+
+class Problem(BaseModel):
+    """One reason evidence did not pass (or, as a warning, a concern)."""
+
+    field: str
+    message: str
+    expected: str = ""
+    got: str = ""
+    rule: str = Field("", description="'required', 'type', 'min', 'validator:<name>', ...")
+
+
+class GateEvaluation(BaseModel):
+    """The outcome of checking evidence against a gate."""
+
+    passed: bool
+    problems: list[Problem] = Field(default_factory=list)
+    warnings: list[Problem] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_gate(data: Any, *, source: str) -> GateDefinition:
+    """Build a gate from a parsed ``gate-definition.yaml``.
+
+    Args:
+        data: The result of ``yaml.safe_load`` (``None`` for an empty file).
+        source: The file the data came from, used in errors and kept on the gate.
+
+    Returns:
+        The gate definition. Unknown top-level keys are ignored.
+
+    Raises:
+        GateDefinitionError: A key has the wrong type or an unknown name, a
+            validator is referenced but not defined or does not compile, a
+            pattern is not a valid regex, or bounds contradict each other. Its
+            ``where`` is ``"<source>: <yaml.path>"``.
+    """
+    if data is None:
+        return GateDefinition(source=source)
+    if not isinstance(data, dict):
+        hint = "a gate file has checkpoint:, evidence_schema: and validators: keys"
+        raise _error(source, "", f"expected a mapping, got {_kind(data)}", hint)
+    checkpoint = _mapping(data.get("checkpoint"), source, "checkpoint")
+    validators: dict[str, str] = {}
+    for name, text in _mapping(data.get("validators"), source, "validators").items():
+        validators[str(name)] = _validator_text(text, source, f"validators.{name}")
+    fields = {
+        str(name): _load_field(str(name), raw, validators, source)
+        for name, raw in _mapping(data.get("evidence_schema"), source, "evidence_schema").items()
+    }
+    rules: list[GateRule] = []
+    for section in _RULE_SECTIONS:
+        rules += _load_rules(data.get(section), section, fields, source, len(rules))
+    raw_approval = data.get("approval")
+    if isinstance(raw_approval, bool):
+        raw_approval = {"required": raw_approval}
+    approval = _validated(
+        ApprovalSpec, _mapping(raw_approval, source, "approval"), source, "approval"
+    )
+    verify = _validated(GateDefinition, {"verify": data.get("verify") or []}, source, "").verify
+    flags = {k: checkpoint[k] for k in ("strict", "allow_override") if k in checkpoint}
+    gate = _validated(GateDefinition, flags, source, "checkpoint")
+    parts = {"fields": fields, "validators": validators, "rules": rules, "approval": approval}
+    return gate.model_copy(update={**parts, "verify": verify, "source": source})
+
+
+def _error(source: str, path: str, message: str, hint: str | None = None) -> GateDefinitionError:
+    return GateDefinitionError(message, where=f"{source}: {path}" if path else source, hint=hint)
+
+
+def _mapping(value: Any, source: str, path: str) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _error(source, path, f"expected a mapping, got {_kind(value)} {_short(value)}")
+    return value
+
+
+def _validated(model: type[Any], raw: Any, source: str, path: str) -> Any:
+    """``model.model_validate(raw, strict=True)`` with errors that name the YAML key."""
+    try:
+        return model.model_validate(raw, strict=True)
+    except ValidationError as exc:
+        # An unknown key first: a misspelt key also shows up as a missing one.
+        err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        key = ".".join(str(p) for p in err["loc"])
+        where = ".".join(p for p in (path, key) if p)
+        message = err["msg"].removeprefix("Value error, ")
+        hint = None
+        if err["type"] == "missing":
+            message = f"missing required key {err['loc'][-1]!r}"
+        elif err["type"] == "extra_forbidden":
+            known = list(model.model_fields)
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            message = f"unknown key {err['loc'][-1]!r}"
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+        elif key == "type":
+            hint = "use one of boolean, integer, number, string, list, dict"
+        elif not key:
+            hint = "fix one of the values, or remove it"
+        else:
+            message += f" (got {_short(err['input'])})"
+        raise _error(source, where, message, hint) from None
+
+
+def _compile(text: Any, source: str, path: str) -> CompiledExpression:
+    if not isinstance(text, str):
+        raise _error(source, path, f"expected an expression in quotes, got {_kind(text)}")
+    try:
+        return _compiled(text.strip(), where=f"{source}: {path}")
+    except ExpressionError as exc:
+        raise GateDefinitionError(exc.message, where=exc.where, hint=exc.hint) from None
+
+
+def _validator_text(text: Any, source: str, path: str) -> str:
+    compiled = _compile(text, source, path)
+    if not compiled.params:
+        raise _error(
+            source,
+            path,
+            "a validator must be a lambda taking the field value",
+            "e.g. 'lambda x: x > 0'",
+        )
+    if compiled.names:
+        unknown = ", ".join(sorted(compiled.names))
+        hint = "make them lambda parameters and set them in validator_params"
+        raise _error(source, path, f"validator uses undefined name(s) {unknown}", hint)
+    return compiled.source
+
+
+def _load_field(name: str, raw: Any, validators: dict[str, str], source: str) -> FieldSpec:
+    base = f"evidence_schema.{name}"
+    raw = dict(_mapping({"type": raw} if isinstance(raw, str) else raw, source, base))
+    ref = raw.get("validator")
+    if isinstance(ref, str) and ref.strip().startswith("lambda"):  # inline, as some gates do
+        validators[f"{name}:inline"] = _validator_text(ref, source, f"{base}.validator")
+        raw["validator"] = ref = f"{name}:inline"
+    spec: FieldSpec = _validated(FieldSpec, raw, source, base)
+    if ref is not None and ref not in validators:
+        known = ", ".join(sorted(validators)) or "none defined"
+        raise _error(
+            source,
+            f"{base}.validator",
+            f"validator {ref!r} is not defined",
+            f"add it under validators: (defined: {known})",
+        )
+    if spec.validator:
+        wanted = _compiled(validators[spec.validator]).params[1:]
+        missing = [p for p in wanted if p not in spec.validator_params and p != "params"]
+        if missing:
+            raise _error(
+                source,
+                f"{base}.validator_params",
+                f"validator {spec.validator!r} needs {', '.join(missing)}",
+                "set validator_params: {" + ", ".join(f"{m}: ..." for m in missing) + "}",
+            )
+    return spec
+
+
+def _load_rules(
+    raw: Any, section: str, fields: dict[str, FieldSpec], source: str, start: int
+) -> list[GateRule]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise _error(
+            source,
+            section,
+            f"expected a list of rules, got {_kind(raw)}",
+            "each rule is {name, expr, message, when}",
+        )
+    rules = []
+    for i, item in enumerate(raw):
+        path = f"{section}[{i}]"
+        item = {"name": f"rule_{start + i + 1}", **_mapping(item, source, path)}
+        rule: GateRule = _validated(GateRule, item, source, path)
+        for key in ("expr", "when"):
+            text = getattr(rule, key)
+            if text is None:
+                continue
+            compiled = _compile(text, source, f"{path}.{key}")
+            if compiled.params:
+                raise _error(
+                    source,
+                    f"{path}.{key}",
+                    "a rule is an expression over field names, not a lambda",
+                    "e.g. 'tests_passed <= tests_run'",
+                )
+            unknown = sorted(compiled.names - set(fields))
+            if unknown:
+                raise _error(
+                    source,
+                    f"{path}.{key}",
+                    f"unknown field(s) {', '.join(unknown)}",
+                    f"declare them under evidence_schema (have: {', '.join(fields)})",
+                )
+        rules.append(rule.model_copy(update={"expr": rule.expr.strip()}))
+    return rules
+
+
+# --------------------------------------------------------------------------- evaluation
+
+_CACHE: dict[str, CompiledExpression] = {}
+
+
+def _compiled(text: str, *, where: str | None = None) -> CompiledExpression:
+    """Compile with a small cache; results do not depend on whether it hit."""
+    hit = _CACHE.get(text)
+    if hit is None:
+        hit = compile_expression(text, where=where)
+        if len(_CACHE) >= 1024:
+            _CACHE.clear()
+        _CACHE[text] = hit
+    return hit
+
+
+def evaluate_gate(gate: GateDefinition, evidence: dict[str, Any]) -> GateEvaluation:
+    """Check evidence against a gate. Pure, deterministic, never raises.
+
+    Args:
+        gate: The gate to check.
+        evidence: Field name to submitted value (JSON-like). Extra fields are fine.
+
+    Returns:
+        ``passed`` is true when there are no problems. ``problems`` block;
+        ``warnings`` (check failures of a ``strict: false`` gate) do not.
+    """
+    if not isinstance(evidence, dict):
+        problem = _problem(
+            "",
+            "type",
+            "an object of field: value",
+            _got(evidence),
+            "Evidence must be an object mapping field names to values.",
+        )
+        return GateEvaluation(passed=False, problems=[problem])
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    soft = problems if gate.strict else warnings
+    unusable: set[str] = set()
+    for name, spec in gate.fields.items():
+        try:
+            hard, checks = _check_field(gate, name, spec, evidence)
+        except Exception as exc:  # noqa: BLE001 - a gate must answer, never crash a workflow
+            hard, checks = [_crashed(name, "internal", "", exc, f"Field '{name}'")], []
+        problems += hard
+        soft += checks
+        if hard or evidence.get(name) is None:
+            unusable.add(name)
+    for rule in gate.rules:
+        try:
+            failure = _check_rule(rule, evidence, unusable)
+        except Exception as exc:  # noqa: BLE001
+            failure = _crashed("", f"rule:{rule.name}", rule.expr, exc, f"Rule '{rule.name}'")
+        if failure:
+            soft.append(failure)
+    return GateEvaluation(passed=not problems, problems=problems, warnings=warnings)
+
+
+def _check_field(
+    gate: GateDefinition, name: str, spec: FieldSpec, evidence: dict[str, Any]
+) -> tuple[list[Problem], list[Problem]]:
+    """Returns (problems that always block, failures that block only when strict)."""
+    value = evidence.get(name)
+    about = f" ({spec.description})" if spec.description else ""
+    field_is = f" The field is: {spec.description}" if spec.description else ""
+    if value is None:
+        got = "missing" if name not in evidence else "null"
+        message = f"Required field '{name}' is {got}; provide a {spec.type}{about}."
+        return ([_problem(name, "required", spec.type, got, message)] if spec.required else []), []
+    if not _type_ok(spec.type, value):
+        message = f"'{name}' must be a {_TYPE_WORDS[spec.type]}{about}; got {_kind(value)}."
+        return [_problem(name, "type", spec.type, _got(value), message)], []
+    failures: list[Problem] = []
+
+    def fail(rule: str, expected: str, message: str) -> None:
+        failures.append(
+            _problem(name, rule, expected, _short(value), f"'{name}' {message}.{field_is}")
+        )
+
+    size = len(value) if spec.type in _SIZED else 0
+    unit = "character(s)" if spec.type == "string" else "item(s)"
+    if spec.enum is not None and not any(_same(value, option) for option in spec.enum):
+        fail("enum", f"one of {_short(spec.enum)}", f"must be one of {_short(spec.enum)}")
+    if spec.min is not None and value < spec.min:
+        fail("min", f">= {_num(spec.min)}", f"must be at least {_num(spec.min)}")
+    if spec.max is not None and value > spec.max:
+        fail("max", f"<= {_num(spec.max)}", f"must be at most {_num(spec.max)}")
+    if spec.min_length is not None and size < spec.min_length:
+        n = spec.min_length
+        fail("min_length", f"length >= {n}", f"must have at least {n} {unit} (has {size})")
+    if spec.max_length is not None and size > spec.max_length:
+        n = spec.max_length
+        fail("max_length", f"length <= {n}", f"must have at most {n} {unit} (has {size})")
+    if spec.pattern is not None and not re.search(spec.pattern, value):
+        fail("pattern", f"matches /{spec.pattern}/", f"must match the pattern /{spec.pattern}/")
+    if spec.validator:
+        vname = spec.validator
+        text = gate.validators.get(vname, "")
+        try:
+            compiled = _compiled(text)
+            extra = compiled.params[1:]
+            kwargs = {k: v for k, v in spec.validator_params.items() if k in extra}
+            if "params" in extra and "params" not in kwargs:
+                kwargs["params"] = dict(spec.validator_params)
+            ok = bool(compiled(value, **kwargs))
+        except ExpressionError as exc:
+            fail(f"validator:{vname}", text, f"could not be checked by '{vname}': {exc.message}")
+        else:
+            if not ok:
+                fail(f"validator:{vname}", text, f"failed validator '{vname}' ({text})")
+    return [], failures
+
+
+def _check_rule(rule: GateRule, evidence: dict[str, Any], unusable: set[str]) -> Problem | None:
+    """None when the rule holds or does not apply (a field it reads is missing or bad)."""
+    expr = _compiled(rule.expr)
+    when = _compiled(rule.when) if rule.when else None
+    names = sorted(expr.names | (when.names if when else frozenset()))
+    if any(n in unusable or n not in evidence for n in names):
+        return None
+    env = {n: evidence[n] for n in names}
+    got = _clip(", ".join(f"{n}={_short(evidence[n])}" for n in names))
+    try:
+        if (when and not when(**env)) or expr(**env):
+            return None
+        message = rule.message or f"Rule '{rule.name}' failed: {rule.expr}."
+    except ExpressionError as exc:
+        message = f"Rule '{rule.name}' could not be checked: {exc.message}"
+    return _problem(", ".join(names), f"rule:{rule.name}", rule.expr, got, message)
+
+
+def _problem(name: str, rule: str, expected: str, got: str, message: str) -> Problem:
+    return Problem(field=name, rule=rule, expected=expected, got=got, message=message)
+
+
+def _crashed(name: str, rule: str, expected: str, exc: Exception, what: str) -> Problem:
+    message = f"{what} could not be checked: {type(exc).__name__}: {_clip(str(exc))}"
+    return _problem(name, rule, expected, type(exc).__name__, message)
+
+
+def _type_ok(ftype: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return ftype == "boolean"
+    if ftype in _NUMERIC:
+        return isinstance(value, int) or (
+            ftype == "number" and isinstance(value, float) and math.isfinite(value)
+        )
+    return isinstance(value, {"boolean": bool, "string": str, "list": list, "dict": dict}[ftype])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that keeps ``True`` distinct from ``1`` (an enum of [1, 2] rejects true)."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def _kind(value: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
+             dict: "dict", type(None): "null"}  # fmt: skip
+    return names.get(type(value), type(value).__name__)
+
+
+def _got(value: Any) -> str:
+    return _clip(f"{_kind(value)} {_short(value)}")
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - huge ints, deep nesting: still say something
+        text = f"<{type(value).__name__}>"
+    return _clip(text)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _GOT_LIMIT else text[: _GOT_LIMIT - 1] + "…"

@@ -1,0 +1,339 @@
+"""The public Temporal contract of ``GatedSession``: one model per message.
+
+Field names are snake_case and stable; external SDK clients (any language)
+send and read these as JSON. See ARCHITECTURE.md, "Temporal contract".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.gates import GateDefinition, Problem
+
+__all__ = [
+    "SessionStatus",
+    "SessionOptions",
+    "StartSession",
+    "CheckpointSubmission",
+    "PhaseContent",
+    "CheckpointResult",
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ControlRequest",
+    "ControlResult",
+    "PhaseQuery",
+    "TaskQuery",
+    "TaskSummary",
+    "GateField",
+    "GateView",
+    "PhaseArtifact",
+    "Attempt",
+    "CompletedPhase",
+    "SessionView",
+    "PhaseView",
+    "TaskView",
+    "SequenceViolation",
+    "SessionSummary",
+    "RenderedTask",
+    "PhaseDefinition",
+    "DefinitionRef",
+    "LoadSessionRequest",
+    "RenderPhaseRequest",
+    "SessionPlan",
+]
+
+SessionStatus = Literal["starting", "active", "awaiting_approval", "paused", "completed", "abandoned"]
+DEFAULT_MAX_EVIDENCE_BYTES = 1024 * 1024
+
+
+class SessionOptions(BaseModel):
+    """Per-session options given at start (extra keys are kept for custom workflows)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    spec_path: str | None = Field(
+        None, description="Dynamic workflows: the spec's tasks.md or its directory."
+    )
+    approvers: list[str] | None = Field(
+        None, description="Overrides every gate's approver allowlist for this session."
+    )
+    max_evidence_bytes: int = Field(
+        DEFAULT_MAX_EVIDENCE_BYTES, gt=0, description="Evidence larger than this is rejected."
+    )
+    continue_as_new_after_events: int | None = Field(
+        None, gt=0, description="Continue-as-new once history reaches this many events."
+    )
+
+
+# -- internal to the workflow, but plain data (it is carried across continue-as-new) --
+
+
+class RenderedTask(BaseModel):
+    id: str
+    number: int = Field(description="1-based position in the phase.")
+    name: str
+    content: str
+    status: str = "todo"
+    optional: bool = False
+
+
+class PhaseDefinition(BaseModel):
+    """One phase as rendered for a session: content, tasks and gate."""
+
+    index: int = Field(description="Session phase number, consecutive from 0.")
+    label: str = Field(description="Number as written in the source (spec or metadata).")
+    name: str
+    content: str
+    tasks: list[RenderedTask] = Field(default_factory=list)
+    gate: GateDefinition = Field(default_factory=GateDefinition)
+    requires_approval: bool = False
+    approvers: list[str] = Field(default_factory=list)
+
+
+class DefinitionRef(BaseModel):
+    """How activities find a session's definition again: ids and paths, never content."""
+
+    workflow_type: str
+    target: str = ""
+    total_phases: int
+    static_phase_count: int
+    snapshot_id: str | None = Field(None, description="sha256 of the spec snapshot, if dynamic.")
+    spec_source: str | None = None
+
+
+class LoadSessionRequest(BaseModel):
+    workflow_type: str
+    target: str = ""
+    options: SessionOptions = Field(default_factory=SessionOptions)
+
+
+class RenderPhaseRequest(BaseModel):
+    ref: DefinitionRef
+    index: int
+
+
+class SessionPlan(BaseModel):
+    name: str
+    description: str = ""
+    ref: DefinitionRef
+    first_phase: PhaseDefinition
+
+
+# -- start --
+
+
+class StartSession(BaseModel):
+    """Run input of ``GatedSession``. ``carried`` is set only by continue-as-new."""
+
+    workflow_type: str
+    target: str = ""
+    options: SessionOptions = Field(default_factory=SessionOptions)
+    carried: dict[str, Any] | None = Field(
+        None, description="Internal: the session state carried across continue-as-new."
+    )
+
+
+# -- checkpoint --
+
+
+class CheckpointSubmission(BaseModel):
+    """Input of update ``submit_checkpoint`` and signal ``checkpoint``."""
+
+    phase: int
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    submission_id: str | None = Field(
+        None, description="Idempotency key: a repeat returns the original result."
+    )
+
+
+class PhaseContent(BaseModel):
+    phase: int
+    label: str
+    name: str
+    content: str
+    tasks: list[TaskSummary] = Field(default_factory=list)
+
+
+class CheckpointResult(BaseModel):
+    passed: bool
+    problems: list[Problem] = Field(default_factory=list)
+    warnings: list[Problem] = Field(default_factory=list)
+    current_phase: int
+    next_phase: PhaseContent | None = None
+    awaiting_approval: bool = False
+    completed: bool = False
+    attempt: int = 0
+    submission_id: str | None = None
+    example_evidence: str | None = None
+
+
+# -- approvals and controls --
+
+
+class ApprovalDecision(BaseModel):
+    phase: int
+    approver: str
+    decision: Literal["approve", "reject"]
+    comment: str = ""
+    signature: str | None = None
+
+
+class ApprovalRecord(BaseModel):
+    phase: int
+    approver: str
+    decision: Literal["approve", "reject"]
+    comment: str = ""
+    at: datetime
+
+
+class ControlRequest(BaseModel):
+    action: Literal["pause", "resume", "retry_phase", "rollback", "abandon"]
+    reason: str = ""
+    to_phase: int | None = Field(None, description="rollback: the completed phase to return to.")
+    actor: str = ""
+
+
+class ControlResult(BaseModel):
+    action: str
+    status: SessionStatus
+    current_phase: int
+
+
+# -- queries --
+
+
+class PhaseQuery(BaseModel):
+    phase: int
+
+
+class TaskQuery(BaseModel):
+    phase: int
+    task: str = Field(description="Task id as written ('1.2', 'T003') or its 1-based number.")
+
+
+class TaskSummary(BaseModel):
+    id: str
+    number: int
+    name: str
+    status: str = "todo"
+    optional: bool = False
+
+
+class GateField(BaseModel):
+    type: str
+    required: bool
+    description: str = ""
+
+
+class GateView(BaseModel):
+    fields: dict[str, GateField] = Field(default_factory=dict)
+    requires_approval: bool = False
+    approvers: list[str] = Field(default_factory=list)
+    strict: bool = True
+
+
+class PhaseArtifact(BaseModel):
+    """What a passed checkpoint leaves behind."""
+
+    phase: int
+    label: str
+    name: str
+    evidence: dict[str, Any]
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    submitted_at: datetime
+    submission_id: str | None = None
+    attempt: int
+    approved_by: str | None = None
+    superseded: bool = False
+
+
+class Attempt(BaseModel):
+    phase: int
+    number: int
+    at: datetime
+    passed: bool
+    problems: list[Problem] = Field(default_factory=list)
+    warnings: list[Problem] = Field(default_factory=list)
+    submission_id: str | None = None
+    via: Literal["update", "signal"] = "update"
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class CompletedPhase(BaseModel):
+    phase: int
+    label: str
+    name: str
+    completed_at: datetime
+    attempts: int
+
+
+class SessionView(BaseModel):
+    """Result of query ``status``."""
+
+    workflow_type: str
+    name: str = ""
+    target: str = ""
+    status: SessionStatus
+    current_phase: int
+    current_phase_name: str = ""
+    total_phases: int
+    completed_phases: list[CompletedPhase] = Field(default_factory=list)
+    attempts: int = Field(0, description="Attempts on the current phase.")
+    last_problems: list[Problem] = Field(default_factory=list)
+    approvals: list[ApprovalRecord] = Field(default_factory=list)
+    awaiting_approval_from: list[str] = Field(default_factory=list)
+    feedback: str = ""
+    artifacts: dict[str, list[str]] = Field(
+        default_factory=dict, description="Phase number -> evidence field names recorded."
+    )
+    last_signal_error: str | None = None
+    started_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class PhaseView(BaseModel):
+    """Result of query ``phase`` for the current or a completed phase."""
+
+    phase: int
+    label: str
+    name: str
+    state: Literal["current", "completed"]
+    content: str
+    tasks: list[TaskSummary] = Field(default_factory=list)
+    gate: GateView
+    artifacts: dict[str, PhaseArtifact] = Field(default_factory=dict)
+    context: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TaskView(BaseModel):
+    phase: int
+    task: TaskSummary
+    content: str
+
+
+class SequenceViolation(BaseModel):
+    """What any read of a future phase or task returns instead of content."""
+
+    error: Literal["phase_sequence_violation"] = "phase_sequence_violation"
+    message: str
+    requested_phase: int
+    current_phase: int
+    total_phases: int
+    completed_phases: list[int] = Field(default_factory=list)
+    current_content: str = ""
+
+
+class SessionSummary(BaseModel):
+    """Result of a finished ``GatedSession`` run."""
+
+    workflow_type: str
+    status: SessionStatus
+    completed_phases: list[int]
+    total_phases: int
+    artifacts: dict[str, PhaseArtifact] = Field(default_factory=dict)
+
+
+PhaseContent.model_rebuild()

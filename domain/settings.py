@@ -1,0 +1,66 @@
+"""One settings object for worker, CLI and activities.
+
+Pure: callers pass the environment mapping in (``Settings.from_env(os.environ,
+...)``), so this module reads nothing itself. Local-first: with no variables
+set, everything points at the embedded dev server on localhost and the
+``.phasegate/`` folder of the current directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, Field
+
+__all__ = ["Settings", "TASK_QUEUE", "SEARCH_ATTRIBUTES"]
+
+TASK_QUEUE = "phasegate"
+
+SEARCH_ATTRIBUTES: dict[str, str] = {
+    "PhasegateWorkflow": "Keyword",
+    "PhasegatePhase": "Int",
+    "PhasegateStatus": "Keyword",
+}
+"""Custom search attributes phasegate upserts, name -> Temporal type."""
+
+
+class Settings(BaseModel):
+    """Where phasegate finds Temporal, its library and its local data."""
+
+    temporal_address: str = Field(
+        "localhost:7233", description="Temporal frontend, host:port (TEMPORAL_ADDRESS)."
+    )
+    namespace: str = Field("default", description="Temporal namespace (TEMPORAL_NAMESPACE).")
+    task_queue: str = Field(TASK_QUEUE, description="Task queue (PHASEGATE_TASK_QUEUE).")
+    home: str = Field(
+        ".phasegate",
+        description="Local data: dev-server SQLite file, spec snapshots (PHASEGATE_HOME).",
+    )
+    library_paths: list[str] = Field(
+        default_factory=list,
+        description="Workflow library folders, searched in order (PHASEGATE_LIBRARY, "
+        "os.pathsep-separated); the shipped library/ is always last.",
+    )
+    ui_port: int = Field(8233, description="Dev-server Web UI port (PHASEGATE_UI_PORT).")
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str], *, default_library: str, pathsep: str = ":"
+    ) -> Settings:
+        """Build settings from an environment mapping.
+
+        Args:
+            env: Usually ``os.environ``.
+            default_library: The shipped library folder, appended to the search path.
+            pathsep: Separator of PHASEGATE_LIBRARY entries (``os.pathsep``).
+        """
+        extra = [p for p in env.get("PHASEGATE_LIBRARY", "").split(pathsep) if p]
+        paths = [*extra, default_library] if default_library not in extra else extra
+        return cls(
+            temporal_address=env.get("TEMPORAL_ADDRESS") or "localhost:7233",
+            namespace=env.get("TEMPORAL_NAMESPACE") or "default",
+            task_queue=env.get("PHASEGATE_TASK_QUEUE") or TASK_QUEUE,
+            home=env.get("PHASEGATE_HOME") or ".phasegate",
+            library_paths=paths,
+            ui_port=int(env.get("PHASEGATE_UI_PORT") or 8233),
+        )

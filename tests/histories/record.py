@@ -1,0 +1,100 @@
+"""Record GatedSession histories for the replay tests.
+
+Run from the repo root after a deliberate, compatible change to workflow code:
+
+    .venv/bin/python tests/histories/record.py
+
+It starts its own dev server, drives a few sessions through every message
+kind (update, signal, approval, control, continue-as-new) and writes one JSON
+history per run next to this file. The replay tests then guard that today's
+workflow code still replays what older code recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO))
+
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
+from client.api import PhasegateClient  # noqa: E402
+from client.connect import SHIPPED_LIBRARY  # noqa: E402
+from client.devserver import temporal_binary  # noqa: E402
+from domain.messages import ControlRequest, SessionOptions  # noqa: E402
+from domain.settings import Settings  # noqa: E402
+from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW  # noqa: E402
+from worker import build_worker  # noqa: E402
+
+GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
+
+
+async def _save(pg: PhasegateClient, sid: str, name: str, run_id: str | None = None) -> None:
+    history = await pg.temporal.get_workflow_handle(sid, run_id=run_id).fetch_history()
+    (HERE / f"{name}.json").write_text(history.to_json())
+    print(f"recorded {name}.json ({len(history.events)} events)")
+
+
+async def main() -> None:
+    home = tempfile.mkdtemp(prefix="phasegate-record-")
+    async with await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
+        data_converter=pydantic_data_converter,
+    ) as env:
+        settings = Settings(
+            task_queue="record",
+            home=home,
+            library_paths=[str(REPO / "tests" / "fixtures" / "library"), SHIPPED_LIBRARY],
+        )
+        pg = PhasegateClient(env.client, settings.task_queue)
+        with concurrent.futures.ThreadPoolExecutor() as pool:
+            async with build_worker(env.client, settings, executor=pool):
+                # 1. static session with failures, approval reject/approve, completion
+                sid = await pg.start("mini_v1", home, session_id="static-walk")
+                await pg.submit(sid, 0, {"modules_found": 0})
+                await pg.submit(sid, 0, GOOD_0, submission_id="a")
+                await pg.submit(sid, 0, GOOD_0, submission_id="a")
+                await pg.submit(sid, 1, {"plan": "first plan"})
+                await pg.decide(sid, approver="alice", decision="reject", comment="more")
+                await pg.submit(sid, 1, {"plan": "second plan"})
+                await pg.decide(sid, approver="alice", decision="approve")
+                await pg.submit(sid, 2, {"tests_run": 2, "tests_passed": 2, "coverage": 10})
+                await pg.result(sid)
+                await _save(pg, sid, "static_walk")
+
+                # 2. signals, controls and abandon
+                sid = await pg.start("mini_v1", home, session_id="signals-controls")
+                await pg.signal_checkpoint(sid, 0, GOOD_0)
+                while (await pg.status(sid)).current_phase != 1:
+                    await asyncio.sleep(0.05)
+                await pg.control(sid, ControlRequest(action="pause", reason="r", actor="bob"))
+                await pg.control(sid, ControlRequest(action="resume", actor="bob"))
+                await pg.control(sid, ControlRequest(action="abandon", reason="done", actor="bob"))
+                await pg.result(sid)
+                await _save(pg, sid, "signals_controls")
+
+                # 3. dynamic session from the example spec, up to continue-as-new
+                spec = REPO / "examples" / "specs" / "todo-api"
+                sid = await pg.start(
+                    "spec_execution_v1",
+                    str(spec),
+                    session_id="dynamic-can",
+                    options=SessionOptions(spec_path=str(spec), continue_as_new_after_events=10),
+                )
+                first_run = (await pg.handle(sid).describe()).run_id
+                for attempt in range(4):
+                    await pg.submit(sid, 0, {"spec_path": str(spec), "phases_found": attempt})
+                await _save(pg, sid, "dynamic_first_run", first_run)
+                await _save(pg, sid, "dynamic_after_continue_as_new")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

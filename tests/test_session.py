@@ -1,0 +1,297 @@
+"""GatedSession end to end on a real dev server: gating on every access path,
+checkpoints, artifacts, approvals, idempotency, concurrency, signals, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from client.api import PhasegateClient
+from domain.errors import (
+    ApprovalRefused,
+    DefinitionError,
+    PayloadTooLarge,
+    PhasegateError,
+    PhaseSequenceViolation,
+    SessionNotActive,
+    SpecParseError,
+    WorkflowNotFound,
+)
+from domain.messages import ControlRequest, PhaseView, SequenceViolation, SessionOptions, TaskView
+
+SECRET = "SECRET-FUTURE-CONTENT"
+GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
+
+
+async def _update_events(pg: PhasegateClient, sid: str) -> int:
+    history = await pg.handle(sid).fetch_history()
+    return sum(
+        1
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    )
+
+
+async def test_static_session_walkthrough(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+
+    status = await pg.status(sid)
+    assert (status.status, status.current_phase, status.total_phases) == ("active", 0, 3)
+
+    view = await pg.phase(sid, 0)
+    assert isinstance(view, PhaseView)
+    assert str(tmp_path) in view.content  # jinja variable
+    assert "Legacy name: Analyse" in view.content  # legacy placeholder
+    assert "next phase 1" in view.content
+    assert "[NOT_A_PLACEHOLDER]" in view.content  # other brackets untouched
+    assert [t.name for t in view.tasks] == ["Read the code", "Write notes"]
+    assert view.gate.fields["modules_found"].type == "integer"
+    assert view.gate.fields["modules_found"].required
+
+    task = await pg.task(sid, 0, 1)
+    assert isinstance(task, TaskView) and "Read the code" in task.content
+    task2 = await pg.task(sid, 0, "2")
+    assert isinstance(task2, TaskView) and "next task: none" in task2.content
+
+    # Incomplete evidence: every problem is listed, nothing advances.
+    result = await pg.submit(sid, 0, {"modules_found": 0, "summary": 7})
+    assert not result.passed and result.current_phase == 0 and result.next_phase is None
+    fields = {p.field for p in result.problems}
+    assert fields == {"modules_found", "summary"}
+    assert all(p.message for p in result.problems)
+    missing = await pg.submit(sid, 0, {})
+    assert {p.field for p in missing.problems} >= {"modules_found", "summary"}
+    assert (await pg.status(sid)).attempts == 2
+
+    # Valid evidence advances and returns the next phase's content at once.
+    result = await pg.submit(sid, 0, GOOD_0)
+    assert result.passed and result.current_phase == 1
+    assert result.next_phase is not None and result.next_phase.name == "Plan"
+    assert "alice" in result.next_phase.content
+
+    # Phase 1 needs alice's approval.
+    result = await pg.submit(sid, 1, {"plan": "do it well"})
+    assert result.passed and result.awaiting_approval and result.next_phase is None
+    assert (await pg.status(sid)).status == "awaiting_approval"
+    with pytest.raises(SessionNotActive):
+        await pg.submit(sid, 1, {"plan": "again"})
+    with pytest.raises(ApprovalRefused):
+        await pg.decide(sid, approver="mallory", decision="approve")
+    with pytest.raises(ApprovalRefused):
+        await pg.decide(sid, approver="alice", decision="approve", phase=0)
+    view = await pg.decide(sid, approver="alice", decision="reject", comment="add tests")
+    assert view.status == "active" and view.feedback == "add tests"
+    result = await pg.submit(sid, 1, {"plan": "do it well, with tests"})
+    assert result.awaiting_approval
+    view = await pg.decide(sid, approver="alice", decision="approve", comment="ok")
+    assert view.status == "active" and view.current_phase == 2
+    assert [a.decision for a in view.approvals] == ["reject", "approve"]
+
+    # Earlier artifacts are visible from later phases.
+    current = await pg.phase(sid, 2)
+    assert isinstance(current, PhaseView) and SECRET in current.content
+    assert current.artifacts["0"].evidence == GOOD_0
+    assert current.artifacts["1"].approved_by == "alice"
+    assert current.artifacts["1"].submitted_at is not None
+
+    # Lenient gate: a validator failure is a warning, a missing field still blocks.
+    blocked = await pg.submit(sid, 2, {"tests_run": 3, "coverage": 50})
+    assert not blocked.passed and [p.field for p in blocked.problems] == ["tests_passed"]
+    done = await pg.submit(sid, 2, {"tests_run": 3, "tests_passed": 3, "coverage": 50})
+    assert done.passed and done.completed and done.warnings
+    summary = await pg.result(sid)
+    assert summary.status == "completed" and summary.completed_phases == [0, 1, 2]
+
+    # A finished session still answers reads, including completed phases.
+    old = await pg.phase(sid, 0)
+    assert isinstance(old, PhaseView) and old.state == "completed"
+    assert old.artifacts["0"].evidence == GOOD_0
+
+
+async def test_future_content_never_leaks(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+    for phase in (1, 2, 7, -1):
+        view = await pg.phase(sid, phase)
+        assert isinstance(view, SequenceViolation)
+        assert view.error == "phase_sequence_violation" and view.current_phase == 0
+        assert SECRET not in view.model_dump_json()
+        task = await pg.task(sid, phase, 1)
+        assert isinstance(task, SequenceViolation)
+        assert SECRET not in task.model_dump_json()
+    with pytest.raises(PhaseSequenceViolation) as err:
+        await pg.submit(sid, 2, {"tests_run": 1, "tests_passed": 1})
+    assert SECRET not in str(err.value)
+    status = await pg.status(sid)
+    assert SECRET not in status.model_dump_json()
+    result = await pg.submit(sid, 0, {"modules_found": 0})
+    assert SECRET not in result.model_dump_json()
+    history = await pg.handle(sid).fetch_history()
+    assert SECRET not in history.to_json()
+
+
+async def test_protocol_violations_never_touch_history(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start(
+        "mini_v1", str(tmp_path), options=SessionOptions(max_evidence_bytes=200)
+    )
+    with pytest.raises(PhaseSequenceViolation):
+        await pg.submit(sid, 1, GOOD_0)
+    with pytest.raises(PayloadTooLarge) as err:
+        await pg.submit(sid, 0, {**GOOD_0, "blob": "x" * 500})
+    assert "200" in str(err.value)
+    await pg.control(sid, ControlRequest(action="pause", reason="lunch", actor="bob"))
+    with pytest.raises(SessionNotActive) as err:
+        await pg.submit(sid, 0, GOOD_0)
+    assert "paused" in str(err.value)
+    assert await _update_events(pg, sid) == 1  # only the pause was accepted
+    await pg.control(sid, ControlRequest(action="resume", actor="bob"))
+    assert (await pg.submit(sid, 0, GOOD_0)).passed
+
+
+async def test_idempotent_submission_ids(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+    first = await pg.submit(sid, 0, GOOD_0, submission_id="s-1")
+    again = await pg.submit(sid, 0, GOOD_0, submission_id="s-1")
+    assert first == again and first.current_phase == 1
+    # The same id after the phase moved on still returns the original answer.
+    status = await pg.status(sid)
+    assert status.current_phase == 1 and len(status.completed_phases) == 1
+    # A repeat that bypasses Temporal's update-id dedupe (new update id) is also caught.
+    from domain.messages import CheckpointSubmission
+    from workflows.gated_session import GatedSession
+
+    raw = await pg.handle(sid).execute_update(
+        GatedSession.submit_checkpoint,
+        CheckpointSubmission(phase=0, evidence=GOOD_0, submission_id="s-1"),
+        id=str(uuid.uuid4()),
+    )
+    assert raw == first
+    assert len((await pg.status(sid)).completed_phases) == 1
+
+
+async def test_concurrent_submissions_advance_once(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+    outcomes = await asyncio.gather(
+        *(pg.submit(sid, 0, GOOD_0, submission_id=f"c-{i}") for i in range(4)),
+        return_exceptions=True,
+    )
+    passed = [o for o in outcomes if not isinstance(o, BaseException) and o.passed]
+    refused = [o for o in outcomes if isinstance(o, PhaseSequenceViolation)]
+    assert len(passed) == 1 and len(refused) == 3, outcomes
+    status = await pg.status(sid)
+    assert status.current_phase == 1 and [c.phase for c in status.completed_phases] == [0]
+
+
+async def test_signal_checkpoint(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+    await pg.signal_checkpoint(sid, 2, {"tests_run": 1})
+    await pg.signal_checkpoint(sid, 0, GOOD_0)
+    for _ in range(100):
+        status = await pg.status(sid)
+        if status.current_phase == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert status.current_phase == 1
+    assert status.last_signal_error is None  # cleared by the later good signal
+    await pg.signal_checkpoint(sid, 0, GOOD_0)  # phase 0 is done now
+    for _ in range(100):
+        status = await pg.status(sid)
+        if status.last_signal_error:
+            break
+        await asyncio.sleep(0.05)
+    assert "already completed" in (status.last_signal_error or "")
+
+
+async def test_unknown_workflow_and_bad_spec(session_env, tmp_path):
+    pg, _ = session_env
+    with pytest.raises(WorkflowNotFound) as err:
+        await pg.start("nope_v9", str(tmp_path))
+    assert "mini_v1" in str(err.value) and "spec_execution_v1" in str(err.value)
+
+    spec = tmp_path / "tasks.md"
+    spec.write_text("# Just prose\n\nNo phases or tasks here.\n")
+    with pytest.raises(SpecParseError) as err:
+        await pg.start("dyn_v1", str(tmp_path), options=SessionOptions(spec_path=str(spec)))
+    assert "tasks.md:" in str(err.value)
+
+    with pytest.raises(DefinitionError) as err:
+        await pg.start("dyn_v1", str(tmp_path))
+    assert "spec_path" in str(err.value)
+
+
+async def test_render_failure_keeps_evidence(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start("broken_v1", str(tmp_path))
+    with pytest.raises(PhasegateError) as err:
+        await pg.submit(sid, 0, {"done": True})
+    assert "could not be rendered" in str(err.value) and "phase.md" in str(err.value)
+    status = await pg.status(sid)
+    assert status.current_phase == 0 and status.attempts == 1 and status.status == "active"
+
+
+async def test_fallback_gate_from_markdown(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start("fallback_v1", str(tmp_path))
+    view = await pg.phase(sid, 0)
+    assert isinstance(view, PhaseView)
+    assert {"files_changed", "tests_passing"} <= set(view.gate.fields)
+    result = await pg.submit(sid, 0, {"files_changed": ["a.py"]})
+    assert not result.passed and "tests_passing" in {p.field for p in result.problems}
+
+
+async def test_dynamic_session_snapshot(session_env, tmp_path):
+    pg, _ = session_env
+    spec = tmp_path / "tasks.md"
+    spec.write_text(
+        "# Spec\n\n## Phase 1: Setup\n\n"
+        "- [ ] **Task 1.1**: Create repo\n  - **Dependencies**: None\n"
+        "- [ ] **Task 1.2**: Add CI\n  - **Dependencies**: 1.1\n\n"
+        "**Validation Gate:**\n- [ ] CI is green\n\n"
+        "## Phase 2: Feature\n\n- [ ] **Task 2.1**: Build it\n"
+    )
+    sid = await pg.start("dyn_v1", str(tmp_path), options=SessionOptions(spec_path=str(tmp_path)))
+    spec.write_text("# Spec\n\n## Phase 1: Changed\n\n- [ ] **Task 1.1**: Other\n")
+    view = await pg.phase(sid, 0)
+    assert isinstance(view, PhaseView)
+    assert view.name == "Setup" and view.label == "1"
+    assert "- 1.1 Create repo" in view.content and "- [ ] CI is green" in view.content
+    assert [t.id for t in view.tasks] == ["1.1", "1.2"]
+    task = await pg.task(sid, 0, "1.2")
+    assert isinstance(task, TaskView) and "Depends on: 1.1" in task.content
+    assert (await pg.status(sid)).total_phases == 2
+    missing = await pg.submit(sid, 0, {"tasks_completed": ["1.1"]})
+    assert not missing.passed
+    assert any("1.2" in p.message for p in missing.problems)
+    ok = await pg.submit(sid, 0, {"tasks_completed": ["1.1", "1.2"], "ci_is_green": True})
+    assert ok.passed and ok.next_phase and ok.next_phase.name == "Feature"
+
+
+async def test_visibility_search_attributes(session_env, tmp_path):
+    pg, settings = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+    await pg.submit(sid, 0, GOOD_0)
+    desc = await pg.handle(sid).describe()
+    from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
+
+    sa = desc.typed_search_attributes
+    assert (sa.get(SA_WORKFLOW), sa.get(SA_PHASE), sa.get(SA_STATUS)) == ("mini_v1", 1, "active")
+    assert "mini_v1" in (await desc.static_summary() or "")
+    for _ in range(60):  # visibility is eventually consistent (~1.5 s)
+        listed = await pg.list(workflow_type="mini_v1", status="active")
+        if any(s.session_id == sid for s in listed):
+            break
+        await asyncio.sleep(0.1)
+    assert any(s.session_id == sid and s.phase == 1 for s in listed)
+    from temporalio.api.sdk.v1 import WorkflowMetadata
+
+    meta = await pg.handle(sid).query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert "phase 2 of 3: Plan" in meta.current_details
+    assert "waiting for checkpoint evidence" in meta.current_details

@@ -1,0 +1,79 @@
+"""The one phasegate worker: registers every workflow and activity.
+
+Run it with ``python worker.py`` or ``phasegate worker``. It connects to
+``TEMPORAL_ADDRESS`` (default localhost:7233) with the standard Temporal
+client settings and stops cleanly on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import signal
+from collections.abc import Sequence
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import DefinitionActivities
+from domain.settings import Settings
+from workflows import GatedSession
+
+__all__ = ["WORKFLOWS", "build_worker", "run_worker", "main"]
+
+WORKFLOWS: Sequence[type] = (GatedSession,)
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    executor: concurrent.futures.Executor,
+) -> Worker:
+    """A worker for ``settings.task_queue`` with every phasegate workflow and activity."""
+    definitions = DefinitionActivities(settings.library_paths, settings.home)
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=list(WORKFLOWS),
+        activities=[definitions.load_session, definitions.render_phase],
+        activity_executor=executor,
+    )
+
+
+async def run_worker(settings: Settings | None = None) -> None:
+    """Connect, run until SIGINT/SIGTERM, then drain and shut down."""
+    from client.connect import connect, load_settings
+
+    settings = settings or load_settings()
+    client = await connect(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as executor:
+        worker = build_worker(client, settings, executor=executor)
+        async with worker:
+            logging.getLogger("phasegate").info(
+                "worker on %s, task queue %r, library %s",
+                settings.temporal_address,
+                settings.task_queue,
+                ", ".join(settings.library_paths),
+            )
+            print(
+                f"phasegate worker: task queue {settings.task_queue!r} on "
+                f"{settings.temporal_address} (Ctrl-C to stop)",
+                flush=True,
+            )
+            await stop.wait()
+        print("phasegate worker: stopped", flush=True)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    asyncio.run(run_worker())
+
+
+if __name__ == "__main__":
+    main()

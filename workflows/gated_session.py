@@ -1,0 +1,332 @@
+"""``GatedSession``: one gated session, one workflow.
+
+Thin on purpose: every decision is made by ``domain.session.SessionState``;
+this class maps Temporal messages onto it, runs the two definition activities,
+keeps search attributes and Web UI details current, and continues-as-new when
+history grows. The public contract is in ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Literal
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from domain.errors import PhasegateError, SessionError
+    from domain.messages import (
+        ApprovalDecision,
+        CheckpointResult,
+        CheckpointSubmission,
+        ControlRequest,
+        ControlResult,
+        LoadSessionRequest,
+        PhaseDefinition,
+        PhaseQuery,
+        PhaseView,
+        RenderPhaseRequest,
+        SequenceViolation,
+        SessionPlan,
+        SessionSummary,
+        SessionView,
+        StartSession,
+        TaskQuery,
+        TaskView,
+    )
+    from domain.session import AuditEntry, SessionState
+
+__all__ = ["GatedSession", "SA_WORKFLOW", "SA_PHASE", "SA_STATUS"]
+
+SA_WORKFLOW = SearchAttributeKey.for_keyword("PhasegateWorkflow")
+SA_PHASE = SearchAttributeKey.for_int("PhasegatePhase")
+SA_STATUS = SearchAttributeKey.for_keyword("PhasegateStatus")
+
+# Temporal refuses the 2,001st update of a run; leave room for in-flight ones.
+UPDATES_BEFORE_CONTINUE = 1800
+_RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
+
+
+@workflow.defn
+class GatedSession:
+    def __init__(self) -> None:
+        self._state: SessionState | None = None
+        self._lock = asyncio.Lock()
+        self._updates_this_run = 0
+
+    # ---- run -----------------------------------------------------------
+
+    @workflow.run
+    async def run(self, start: StartSession) -> SessionSummary:
+        if start.carried is not None:
+            self._state = SessionState.model_validate(start.carried)
+            self._state.runs += 1
+        else:
+            plan: SessionPlan = await workflow.execute_activity(
+                "load_session",
+                LoadSessionRequest(
+                    workflow_type=start.workflow_type, target=start.target, options=start.options
+                ),
+                result_type=SessionPlan,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=_RENDER_RETRY,
+            )
+            now = workflow.now()
+            self._state = SessionState(
+                workflow_type=start.workflow_type,
+                name=plan.name,
+                description=plan.description,
+                target=start.target,
+                options=start.options,
+                ref=plan.ref,
+                current=plan.first_phase,
+                started_at=now,
+                updated_at=now,
+            )
+        self._publish()
+        state = self._state
+        await workflow.wait_condition(lambda: state.finished or self._should_continue_as_new())
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if not state.finished:
+            workflow.continue_as_new(
+                StartSession(
+                    workflow_type=start.workflow_type,
+                    target=start.target,
+                    options=start.options,
+                    carried=state.model_dump(mode="json"),
+                )
+            )
+        return state.summary()
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        assert self._state is not None
+        limit = self._state.options.continue_as_new_after_events
+        return (
+            info.is_continue_as_new_suggested()
+            or (limit is not None and info.get_current_history_length() >= limit)
+            or self._updates_this_run >= UPDATES_BEFORE_CONTINUE
+        )
+
+    # ---- checkpoint ----------------------------------------------------
+
+    @workflow.update
+    async def submit_checkpoint(self, sub: CheckpointSubmission) -> CheckpointResult:
+        self._updates_this_run += 1
+        try:
+            return await self._checkpoint(sub, "update")
+        except PhasegateError as exc:
+            raise ApplicationError(str(exc), exc.details(), type=exc.code) from None
+
+    @submit_checkpoint.validator
+    def _validate_checkpoint(self, sub: CheckpointSubmission) -> None:
+        if self._state is None:
+            return  # still loading; the handler waits for the plan
+        problem = self._state.check_submission(sub)
+        if problem is not None:
+            raise ApplicationError(str(problem), problem.details(), type=problem.code)
+
+    @workflow.signal
+    async def checkpoint(self, sub: CheckpointSubmission) -> None:
+        """Fire-and-forget submission; its result shows in ``status``."""
+        try:
+            await self._checkpoint(sub, "signal")
+        except PhasegateError as exc:
+            assert self._state is not None
+            self._state.last_signal_error = str(exc)
+            self._publish()
+
+    async def _checkpoint(
+        self, sub: CheckpointSubmission, via: Literal["update", "signal"]
+    ) -> CheckpointResult:
+        await workflow.wait_condition(lambda: self._state is not None)
+        state = self._state
+        assert state is not None
+        async with self._lock:
+            if sub.submission_id and sub.submission_id in state.processed:
+                return state.processed[sub.submission_id]
+            # Re-check under the lock: a concurrent submission may have advanced.
+            problem = state.check_submission(sub)
+            if problem is not None:
+                raise problem
+            result, advance = state.record_checkpoint(sub, workflow.now(), via)
+            if via == "signal":
+                state.last_signal_error = None
+            if advance:
+                await self._advance()
+                result.completed = state.status == "completed"
+                result.current_phase = state.current.index
+                result.next_phase = None if result.completed else state.content()
+            state.remember(sub.submission_id, result)
+            self._publish()
+            return result
+
+    async def _advance(self) -> None:
+        """Complete the current phase; render and enter the next one."""
+        state = self._state
+        assert state is not None
+        next_phase: PhaseDefinition | None = None
+        if not state.is_last_phase():
+            try:
+                next_phase = await workflow.execute_local_activity(
+                    "render_phase",
+                    RenderPhaseRequest(ref=state.ref, index=state.current.index + 1),
+                    result_type=PhaseDefinition,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=_RENDER_RETRY,
+                )
+            except (ActivityError, ApplicationError) as exc:
+                # The passed attempt (and its evidence) stays recorded; the phase stays
+                # current and can be resubmitted once the definition is fixed.
+                cause = exc.cause if isinstance(exc, ActivityError) else exc
+                message = cause.message if isinstance(cause, ApplicationError) else str(exc)
+                raise SessionError(
+                    f"checkpoint passed but phase {state.current.index + 1} could not be "
+                    f"rendered: {message}",
+                    hint="fix the workflow definition, then submit the same evidence again",
+                ) from None
+        state.advance(next_phase, workflow.now())
+
+    # ---- approvals -----------------------------------------------------
+
+    @workflow.update
+    async def decide_approval(self, decision: ApprovalDecision) -> SessionView:
+        self._updates_this_run += 1
+        state = self._state
+        assert state is not None
+        async with self._lock:
+            problem = state.check_decision(decision)
+            if problem is not None:
+                raise ApplicationError(str(problem), problem.details(), type=problem.code)
+            if state.record_decision(decision, workflow.now()):
+                try:
+                    await self._advance()
+                except PhasegateError as exc:
+                    raise ApplicationError(str(exc), exc.details(), type=exc.code) from None
+            self._publish()
+            return state.status_view()
+
+    @decide_approval.validator
+    def _validate_decision(self, decision: ApprovalDecision) -> None:
+        if self._state is None:
+            raise ApplicationError("session is still starting", type="session_not_active")
+        problem = self._state.check_decision(decision)
+        if problem is not None:
+            raise ApplicationError(str(problem), problem.details(), type=problem.code)
+
+    # ---- controls (pause / resume / abandon; more arrive with the controls issue) --
+
+    @workflow.update
+    async def control(self, req: ControlRequest) -> ControlResult:
+        self._updates_this_run += 1
+        state = self._state
+        assert state is not None
+        async with self._lock:
+            now = workflow.now()
+            if req.action == "pause":
+                state.paused_from = state.status
+                state.status = "paused"
+            elif req.action == "resume":
+                state.status = state.paused_from or "active"
+                state.paused_from = None
+            elif req.action == "abandon":
+                state.status = "abandoned"
+            elif req.action == "retry_phase":
+                state.attempts = []
+                state.attempt_count = 0
+            else:
+                raise ApplicationError(
+                    f"control {req.action!r} is not supported yet", type="control_unsupported"
+                )
+            state.audit.append(
+                AuditEntry(
+                    at=now,
+                    action=req.action,
+                    actor=req.actor,
+                    phase=state.current.index,
+                    detail=req.reason,
+                )
+            )
+            state.updated_at = now
+            self._publish()
+            return ControlResult(
+                action=req.action, status=state.status, current_phase=state.current.index
+            )
+
+    @control.validator
+    def _validate_control(self, req: ControlRequest) -> None:
+        state = self._state
+        if state is None or state.finished:
+            raise ApplicationError("session is not running", type="session_not_active")
+        if req.action == "pause" and state.status == "paused":
+            raise ApplicationError("session is already paused", type="session_not_active")
+        if req.action == "resume" and state.status != "paused":
+            raise ApplicationError("session is not paused", type="session_not_active")
+        if req.action == "abandon" and not req.reason.strip():
+            raise ApplicationError("abandon needs a reason", type="control_invalid")
+
+    # ---- queries -------------------------------------------------------
+
+    @workflow.query
+    def status(self) -> SessionView:
+        if self._state is None:
+            raise ApplicationError("session is still starting", type="session_not_active")
+        return self._state.status_view()
+
+    @workflow.query
+    def phase(self, q: PhaseQuery) -> PhaseView | SequenceViolation:
+        if self._state is None:
+            raise ApplicationError("session is still starting", type="session_not_active")
+        return self._state.phase_view(q.phase)
+
+    @workflow.query
+    def task(self, q: TaskQuery) -> TaskView | SequenceViolation:
+        if self._state is None:
+            raise ApplicationError("session is still starting", type="session_not_active")
+        try:
+            return self._state.task_view(q.phase, q.task)
+        except PhasegateError as exc:
+            raise ApplicationError(str(exc), exc.details(), type=exc.code) from None
+
+    # ---- visibility ----------------------------------------------------
+
+    def _publish(self) -> None:
+        """Keep search attributes and the Web UI's current details in step with state."""
+        state = self._state
+        assert state is not None
+        workflow.upsert_search_attributes(
+            [
+                SA_WORKFLOW.value_set(state.workflow_type),
+                SA_PHASE.value_set(state.current.index),
+                SA_STATUS.value_set(state.status),
+            ]
+        )
+        workflow.set_current_details(_details_markdown(state))
+
+
+def _details_markdown(state: SessionState) -> str:
+    p = state.current
+    waits = {
+        "active": "checkpoint evidence from the agent",
+        "awaiting_approval": "approval by " + (", ".join(state.allowed_approvers()) or "an approver"),
+        "paused": "a person to resume the session",
+        "completed": "nothing: all phases are complete",
+        "abandoned": "nothing: the session was abandoned",
+        "starting": "the definition to load",
+    }[state.status]
+    lines = [
+        f"**{state.name or state.workflow_type}** — phase {p.index + 1} of {state.total_phases}: "
+        f"{p.name}",
+        f"- status: `{state.status}`; waiting for {waits}",
+        f"- attempts on this phase: {state.attempt_count}",
+    ]
+    last = state.attempts[-1] if state.attempts else None
+    if last and not last.passed:
+        lines.append("- last problems:")
+        lines += [f"  - `{pr.field}`: {pr.message}" for pr in last.problems[:5]]
+    if state.feedback:
+        lines.append(f"- reviewer feedback: {state.feedback}")
+    return "\n".join(lines)
