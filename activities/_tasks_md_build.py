@@ -151,8 +151,14 @@ class PhaseSink:
             self.phase.desc.append("\n".join(kept))
         return pending
 
-    def collect(self, node: Node) -> None:
-        """A list in the phase: task items become tasks, others description or gate."""
+    def collect(self, node: Node, describe: bool = True) -> None:
+        """A list in the phase: task items become tasks, others description or gate.
+
+        Args:
+            node: The list block.
+            describe: Keep non-task items as description (off for nested lists,
+                whose text the parent item already carries).
+        """
         kept: list[str] = []
         for item in node.children:
             text, rest = item_text(item)
@@ -169,8 +175,8 @@ class PhaseSink:
             else:
                 for child in rest:
                     if child.type in LISTS:
-                        self.collect(child)
-                if not self.phase.tasks:
+                        self.collect(child, describe=False)
+                if describe and not self.phase.tasks:
                     kept.extend(item_markdown(item))
         if kept:
             self.phase.desc.append("\n".join(kept))
@@ -233,7 +239,7 @@ class TaskSink:
         self.phase = phase
         self.pending: str | None = None
 
-    def feed(self, node: Node, depth: int = 0) -> None:
+    def feed(self, node: Node) -> None:
         """Take one block under the task (nested list, paragraph, code, sub-heading)."""
         pending, self.pending = self.pending, None
         if node.type == "paragraph":
@@ -241,9 +247,13 @@ class TaskSink:
         elif node.type in LISTS:
             if pending is not None:
                 self.fill(pending, list_texts(node))
-            else:
-                for item in node.children:
-                    self.item(item, depth)
+                return
+            kept: list[str] = []
+            for item in node.children:
+                kept.extend(self.item(item))
+            self.pending = None
+            if kept:
+                self.task.desc.append("\n".join(kept))
         elif node.type in (*CODE, "blockquote", "heading"):
             self.task.desc.append(block_text(node))
 
@@ -287,24 +297,29 @@ class TaskSink:
         else:
             self.task.desc.extend(values)
 
-    def item(self, item: Node, depth: int) -> None:
-        """A nested bullet: a sub-task with its own id, a metadata line, or description."""
+    def item(self, item: Node) -> list[str]:
+        """A nested bullet: a sub-task with its own id, metadata, or description lines.
+
+        Returns:
+            The description lines the item contributes (empty for metadata).
+        """
         text, rest = item_text(item)
-        head = parse_head(first_line(text))
-        if head.is_task and head.task_id is not None:
-            self.phase.task_from_item(item)  # explicit ids nest flat: Kiro "- [ ] 2.1" under 2
-            return
         lines = text.split("\n")
         label = parse_label(lines[0])
         if label is None or label.kind is None:
-            self.task.desc.append("\n".join(item_markdown(item)))
-            return
+            head = parse_head(lines[0])
+            if head.is_task and head.task_id is not None:
+                self.phase.task_from_item(item)  # explicit ids nest flat: Kiro "- [ ] 2.1"
+                return []
+            return item_markdown(item)
         pending = self.apply(label)
         if len(lines) > 1:
             pending = self.lines(lines[1:]) or pending
         self.pending = pending
         for child in rest:
-            self.feed(child, depth + 1)
+            self.feed(child)
+        self.pending = None
+        return []
 
 
 def ordinal_of(item: Node, list_type: str, head: Head) -> int | None:

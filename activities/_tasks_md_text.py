@@ -24,7 +24,7 @@ _STATES: dict[str, TaskStatus] = {
 _CHECKBOX = re.compile(r"\[(?P<state>[ xX~-]?)\](?P<star>\*)?(?=\s|$)\s*")
 # "Task 1.1", "Task T001", "Task 3": the word Task makes any digit-bearing token an id.
 _TASK_WORD_ID = re.compile(
-    r"task\s+(?P<id>[A-Za-z]{0,4}-?\d[\w.-]*)\.?(?P<star>\*)?(?:\s*[:–—-]\s*|\s+|$)", re.I
+    r"task\s+(?P<id>[A-Za-z]{0,4}-?\d[\w.-]*)\.?(?P<star>\*)?(?:\s*[:–—-]\s*|\s+|$)", re.IGNORECASE
 )
 # Bare ids: spec-kit "T001", "P1-T2", dotted "1.1" / "2.3.1".
 _BARE_ID = re.compile(r"(?P<id>P\d+-T\d+|T\d{1,6}|\d+(?:\.\d+)+)\.?(?P<star>\*)?(?=[\s:]|$)[\s:]*")
@@ -32,13 +32,16 @@ _ORDINAL = re.compile(r"(?P<n>\d{1,9})[.)](?:\s+|$)")
 _RANGE = re.compile(r"\d+\s*[–—-]\s*\d+")
 _MARKER = re.compile(r"\[(?P<m>P|US\d+)\]\s*")
 _PHASE = re.compile(
-    r"phase\s+(?P<num>\d{1,9})(?:\s*(?P<sep>[:.–—-])\s*(?P<name>.*?))?\s*$", re.I | re.S
+    r"phase\s+(?P<num>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<sep>[:.–—-])\s*(?P<name>.*?))?\s*$",
+    re.IGNORECASE | re.DOTALL,
 )
-_GATE = re.compile(r"(?:phase\s+\d+\s+)?(?:validation\s+gates?|checkpoints?|quality\s+gates?)\b", re.I)
+_GATE = re.compile(
+    r"(?:phase\s+\d+\s+)?(?:validation\s+gates?|checkpoints?|quality\s+gates?)\b", re.IGNORECASE
+)
 _LABEL = re.compile(
     r"(?P<o>\*\*|__|\*|_)?(?P<label>[A-Za-z][\w &/'()-]{0,48}?)\s*(?P<c>\*\*|__|\*|_)?\s*:"
     r"(?P<c2>\*\*|__|\*|_)?(?:\s+|$)(?P<value>.*)$",
-    re.S,
+    re.DOTALL,
 )
 _LABEL_KINDS: dict[str, str] = {
     "estimated time": "time",
@@ -83,7 +86,7 @@ _NON_PHASE_SECTION = re.compile(
     r"\b(summary|notes?|dependenc|execution order|implementation strategy|parallel|risks?"
     r"|references?|appendix|overview|format|conventions|glossary|questions|success criteria"
     r"|time estimates?|changelog|legend)",
-    re.I,
+    re.IGNORECASE,
 )
 
 
@@ -129,15 +132,16 @@ def plain_heading(text: str) -> str:
     return " ".join(strip_bold(text).replace("*", " ").split())
 
 
-def match_phase(text: str) -> tuple[int, str] | None:
+def match_phase(text: str) -> tuple[str, str] | None:
     """``(number, name)`` if ``text`` is a phase heading such as ``Phase 2: Build``.
 
-    Ranges ("Phase 1-3") and sub-numbers ("Phase 1.2") are not phase headings.
+    ``number`` is as written: ``"2"``, or ``"3.1"`` in the older spec-kit
+    layout (``## Phase 3.1: Setup``). Ranges ("Phase 1-3") are not phases.
     """
     m = _PHASE.match(plain_heading(text))
     if m is None:
         return None
-    num, sep, name = int(m["num"]), m["sep"], (m["name"] or "").strip()
+    num, sep, name = m["num"], m["sep"], (m["name"] or "").strip()
     if sep and sep != ":" and name[:1].isdigit():
         return None
     return num, name or f"Phase {num}"
@@ -150,7 +154,7 @@ def is_gate_title(text: str) -> bool:
 
 def gate_phase_number(text: str) -> int | None:
     """The phase a gate heading names ("Phase 2 Validation Gate" -> 2), if any."""
-    m = re.search(r"phase\s+(\d{1,9})", plain_heading(text), re.I)
+    m = re.search(r"phase\s+(\d{1,9})(?![.\d])", plain_heading(text), re.IGNORECASE)
     return int(m.group(1)) if m else None
 
 
@@ -235,7 +239,7 @@ def split_values(value: str) -> list[str]:
     """``"1.1, 2.3"`` -> ``["1.1", "2.3"]``; markup and a leading "Task" are dropped."""
     out: list[str] = []
     for part in re.split(r"\s*[,;]\s*|\s+and\s+", value):
-        part = re.sub(r"^tasks?\s+", "", part.strip().strip("*_`").strip(), flags=re.I)
+        part = re.sub(r"^tasks?\s+", "", part.strip().strip("*_`").strip(), flags=re.IGNORECASE)
         if part and part.lower().rstrip(".") not in _NONE_VALUES:
             out.append(part)
     return out

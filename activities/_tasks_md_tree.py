@@ -20,7 +20,7 @@ CODE = ("fence", "code_block")
 class Node:
     """One block: ``paragraph``, ``heading``, ``bullet_list``, ``list_item``, ``fence``..."""
 
-    __slots__ = ("type", "line", "level", "info", "markup", "content", "children")
+    __slots__ = ("children", "content", "info", "level", "line", "markup", "type")
 
     def __init__(self, type_: str, line: int, *, level: int = 0, info: str = "", markup: str = ""):
         self.type = type_

@@ -35,19 +35,30 @@ from activities._tasks_md_tree import LISTS, Node, first_line, item_text, list_t
 from domain.spec import ParseWarning
 
 
-def phase_level(nodes: list[Node]) -> int | None:
-    """The heading level phases are written at (the most common one), or None."""
-    levels = Counter(n.level for n in nodes if n.type == "heading" and match_phase(n.content))
-    if not levels:
+def phase_layout(nodes: list[Node]) -> tuple[int, bool] | None:
+    """``(level, dotted)`` of the phase headings, or None if there are none.
+
+    ``level`` is the most common heading level of phase headings. ``dotted`` is
+    True only when every phase heading is numbered like ``Phase 3.1`` (older
+    spec-kit files); otherwise dotted ones are ordinary headings.
+    """
+    found = [
+        (node.level, "." in match[0])
+        for node in nodes
+        if node.type == "heading" and (match := match_phase(node.content))
+    ]
+    if not found:
         return None
-    return max(levels, key=lambda lvl: (levels[lvl], -lvl))
+    dotted = all(is_dotted for _, is_dotted in found)
+    levels = Counter(level for level, is_dotted in found if is_dotted == dotted)
+    return max(levels, key=lambda lvl: (levels[lvl], -lvl)), dotted
 
 
 def warn_outside(node: Node, where: str, warnings: list[ParseWarning]) -> None:
-    """Warn about task-looking items in a list that belongs to no phase."""
+    """Warn about checkbox items in a list that belongs to no phase."""
     for item in node.children:
         text, rest = item_text(item)
-        if parse_head(first_line(text)).is_task:
+        if parse_head(first_line(text)).status is not None:
             warnings.append(
                 ParseWarning(line=item.line, message=f"task-like item {where} was ignored")
             )
@@ -59,8 +70,9 @@ def warn_outside(node: Node, where: str, warnings: list[ParseWarning]) -> None:
 class PhaseHeadingWalker:
     """Walks a file whose phases are headings at ``level`` (or shallower)."""
 
-    def __init__(self, level: int, warnings: list[ParseWarning]):
+    def __init__(self, level: int, dotted: bool, warnings: list[ParseWarning]):
         self.level = level
+        self.dotted = dotted  # "Phase 3.1" headings, numbered 1, 2, ... in file order
         self.warnings = warnings
         self.phases: list[PhaseDraft] = []
         self.sink: PhaseSink | None = None  # None while outside any phase
@@ -79,7 +91,7 @@ class PhaseHeadingWalker:
                 self.gate_block(node)
             elif self.sink is None:
                 if node.type in LISTS:
-                    where = f"in section {self.section!r}" if self.section else "before any phase"
+                    where = f"in section {self.section!r}" if self.phases else "before any phase"
                     warn_outside(node, where, self.warnings)
             elif self.task_sink is not None:
                 self.task_sink.feed(node)
@@ -91,7 +103,7 @@ class PhaseHeadingWalker:
         """Open or close a phase, task or gate block."""
         level, text = node.level, node.content
         found = match_phase(text)
-        if found and level <= self.level:
+        if found and level <= self.level and ("." in found[0]) == self.dotted:
             self.open_phase(found[0], found[1], node.line)
             return
         if self.gate_target is not None and level > self.gate_level:
@@ -116,8 +128,19 @@ class PhaseHeadingWalker:
             self.task_sink = None
             self.sink.pending = None
 
-    def open_phase(self, number: int, name: str, line: int) -> None:
+    def open_phase(self, written: str, name: str, line: int) -> None:
         """Start a new phase; a number used twice is kept but warned about."""
+        number = len(self.phases) + 1 if self.dotted else int(written)
+        if self.dotted and not self.phases:
+            self.warnings.append(
+                ParseWarning(
+                    line=line,
+                    message=(
+                        f"phase numbers like {written!r} are not whole numbers; "
+                        "the phases were numbered 1, 2, ... in file order"
+                    ),
+                )
+            )
         for other in self.phases:
             if other.number == number:
                 self.warnings.append(
@@ -130,7 +153,7 @@ class PhaseHeadingWalker:
         phase = PhaseDraft(number=number, name=name, line=line)
         self.phases.append(phase)
         self.sink = PhaseSink(phase, self.warnings)
-        self.task_sink = None
+        self.task_sink = self.gate_target = None
 
     def open_gate(self, text: str, level: int) -> bool:
         """Start a gate block for the phase it names, else for the current phase."""
@@ -158,9 +181,7 @@ class PhaseHeadingWalker:
                     gate.append(label.value)
 
 
-def walk_numbered(
-    nodes: list[Node], title: str, warnings: list[ParseWarning]
-) -> list[PhaseDraft]:
+def walk_numbered(nodes: list[Node], title: str, warnings: list[ParseWarning]) -> list[PhaseDraft]:
     """Phases from numbered top-level items of a file without phase headings.
 
     Lists under Notes/Summary/Overview-like headings are skipped. If no item is

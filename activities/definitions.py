@@ -8,6 +8,7 @@ activity so advancing costs no extra server round trip.
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any
 
 from temporalio import activity
@@ -55,6 +56,10 @@ class DefinitionActivities:
         self.library_paths = list(library_paths)
         self.snapshots = SnapshotStore(home)
         self.renderer = Renderer()
+        # Warms this process's caches (compiled templates, gates) for the phase after
+        # the one just rendered. Worker memory only: nothing reaches history, so a
+        # future phase is never visible before it is reached.
+        self._warmer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pg-warm")
 
     # ---- activities ----------------------------------------------------
 
@@ -62,18 +67,32 @@ class DefinitionActivities:
     def load_session(self, req: LoadSessionRequest) -> SessionPlan:
         """Resolve the workflow, snapshot the spec if dynamic, render phase 0."""
         try:
-            return self.plan(req)
+            plan = self.plan(req)
         except PhasegateError as exc:
             raise to_application_error(exc) from None
+        self._warm(plan.ref, 1)
+        return plan
 
     @activity.defn(name="render_phase")
     def render_phase(self, req: RenderPhaseRequest) -> PhaseDefinition:
         """Render phase ``req.index`` of the session described by ``req.ref``."""
         try:
             wf = find_workflow(req.ref.workflow_type, self.library_paths)
-            return self.build_phase(wf, req.ref, req.index)
+            phase = self.build_phase(wf, req.ref, req.index)
         except PhasegateError as exc:
             raise to_application_error(exc) from None
+        self._warm(req.ref, req.index + 1)
+        return phase
+
+    def _warm(self, ref: DefinitionRef, index: int) -> None:
+        if index < ref.total_phases:
+            self._warmer.submit(self._warm_now, ref, index)
+
+    def _warm_now(self, ref: DefinitionRef, index: int) -> None:
+        try:
+            self.build_phase(find_workflow(ref.workflow_type, self.library_paths), ref, index)
+        except Exception:  # noqa: BLE001 - best effort; the real render reports errors
+            pass
 
     # ---- plain methods (also used by the CLI and tests) ------------------
 

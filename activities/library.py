@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -19,6 +22,8 @@ from domain.errors import DefinitionError, GateDefinitionError, TemplateNotFound
 from domain.gate_fallback import gate_from_markdown
 from domain.gates import GateDefinition, load_gate
 from domain.library import PhaseMetadata, TaskMetadata, WorkflowMetadata
+
+T = TypeVar("T")
 
 __all__ = [
     "WorkflowDir",
@@ -33,6 +38,27 @@ __all__ = [
 ]
 
 _TASK_FILE = re.compile(r"^task-(\d+)(?:-(.*))?\.md$")
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MEMO: dict[tuple[str, str, int, int], Any] = {}
+_MEMO_LOCK = threading.Lock()
+
+
+def _memo(kind: str, path: Path, load: Callable[[], T]) -> T:
+    """``load()`` once per (file, mtime, size): definitions are re-read only when edited."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return load()  # let the loader raise its own, well-worded error
+    key = (kind, str(path), st.st_mtime_ns, st.st_size)
+    with _MEMO_LOCK:
+        if key in _MEMO:
+            return _MEMO[key]
+    value = load()
+    with _MEMO_LOCK:
+        if len(_MEMO) > 4096:
+            _MEMO.clear()
+        _MEMO[key] = value
+    return value
 
 
 @dataclass(frozen=True)
@@ -98,6 +124,10 @@ def read_text(path: Path) -> str:
 def load_metadata(workflow_dir: Path) -> WorkflowMetadata:
     """Parse ``metadata.json`` (a missing ``workflow_type`` defaults to the folder name)."""
     path = workflow_dir / "metadata.json"
+    return _memo("metadata", path, lambda: _load_metadata(workflow_dir, path))
+
+
+def _load_metadata(workflow_dir: Path, path: Path) -> WorkflowMetadata:
     text = read_text(path)
     try:
         data = json.loads(text)
@@ -126,9 +156,13 @@ def load_gate_file(path: Path, *, fallback_markdown: str | None = None) -> GateD
         if fallback_markdown is None:
             return GateDefinition(source=f"{path} (absent)")
         return gate_from_markdown(fallback_markdown, source=f"{path.parent / 'phase.md'} (fallback)")
+    return _memo("gate", path, lambda: _load_gate_yaml(path))
+
+
+def _load_gate_yaml(path: Path) -> GateDefinition:
     text = read_text(path)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

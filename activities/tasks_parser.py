@@ -21,13 +21,13 @@ import hashlib
 
 from markdown_it import MarkdownIt
 
-from activities._tasks_md_text import match_phase, plain_heading
+from activities._tasks_md_text import plain_heading
 from activities._tasks_md_tree import LISTS, Node, build_tree, item_text
-from activities._tasks_md_walk import PhaseHeadingWalker, phase_level, walk_numbered
+from activities._tasks_md_walk import PhaseHeadingWalker, phase_layout, walk_numbered
 from domain.errors import SpecParseError
 from domain.spec import ParsedSpec, ParseWarning
 
-__all__ = ["parse_tasks_md", "generate_tasks_md", "EXPECTED_FORMAT_HINT"]
+__all__ = ["EXPECTED_FORMAT_HINT", "generate_tasks_md", "parse_tasks_md"]
 
 EXPECTED_FORMAT_HINT = (
     "write phase headings such as '## Phase 1: Setup' followed by checkbox tasks "
@@ -75,11 +75,13 @@ def _parse(text: str, source: str) -> ParsedSpec:
     if not text.strip():
         raise SpecParseError("the file is empty", source=source, line=1, hint=EXPECTED_FORMAT_HINT)
     nodes = build_tree(_MD.parse(text))
-    title = next((plain_heading(n.content) for n in nodes if n.type == "heading" and n.level == 1), "")
+    title = next(
+        (plain_heading(n.content) for n in nodes if n.type == "heading" and n.level == 1), ""
+    )
     warnings: list[ParseWarning] = []
-    level = phase_level(nodes)
-    if level is not None:
-        drafts = PhaseHeadingWalker(level, warnings).run(nodes)
+    layout = phase_layout(nodes)
+    if layout is not None:
+        drafts = PhaseHeadingWalker(*layout, warnings).run(nodes)
     else:
         drafts = walk_numbered(nodes, title, warnings)
     if not drafts:
@@ -152,7 +154,9 @@ def generate_tasks_md(n_tasks: int, tasks_per_phase: int = 20) -> str:
         for k in range(start, min(start + tasks_per_phase, n_tasks)):
             tid = f"T{k + 1:03d}"
             marker = "[P] " if k % 3 else ""
-            out.append(f"- [ ] {tid} {marker}[{story}] Implement part {k + 1} in src/component_{number}/part_{k + 1}.py\n")
+            out.append(
+                f"- [ ] {tid} {marker}[{story}] Implement part {k + 1} in src/component_{number}/part_{k + 1}.py\n"
+            )
             if k % 5 == 4:
                 out.append(
                     f"  - **Dependencies**: T{k:03d}\n"

@@ -86,7 +86,7 @@ def _problems(title: str, problems: Sequence[Problem]) -> list[str]:
     return [title, *(f"  - {problem_line(p)}" for p in problems)] if problems else []
 
 
-def progress_line(view: SessionView) -> str:
+def progress_line(view: SessionView, session_id: str = "ID") -> str:
     """``phase 2/5 (Plan) — awaiting approval by alice`` (or completed/abandoned)."""
     total = view.total_phases
     where = f"phase {view.current_phase + 1}/{total} ({view.current_phase_name})"
@@ -98,7 +98,7 @@ def progress_line(view: SessionView) -> str:
         "active": "awaiting checkpoint evidence",
         "awaiting_approval": "awaiting approval by "
         + (", ".join(view.awaiting_approval_from) or "an approver"),
-        "paused": "paused (resume with `phasegate control ID resume`)",
+        "paused": f"paused (resume with `phasegate control {session_id} resume`)",
         "starting": "starting",
     }.get(view.status, view.status)
     return f"{where} — {state}"
@@ -107,7 +107,7 @@ def progress_line(view: SessionView) -> str:
 def render_status(session_id: str, view: SessionView) -> str:
     title = view.name or view.workflow_type
     lines = [f"{session_id} · {title} [{view.workflow_type}] on {view.target or '-'}"]
-    lines.append(progress_line(view))
+    lines.append(progress_line(view, session_id))
     for cp in view.completed_phases:
         label = f" (spec {cp.label})" if cp.label and cp.label != str(cp.phase) else ""
         lines.append(f"  ✓ {cp.phase} {cp.name}{label} — {_plural(cp.attempts, 'attempt')}")
@@ -177,13 +177,8 @@ def render_task(view: TaskView) -> str:
     return f"{head}\n\n{view.content.rstrip()}"
 
 
-def render_violation(v: SequenceViolation) -> str:
-    done = ", ".join(str(p) for p in v.completed_phases) or "none"
-    return (
-        f"{v.message} (requested phase {v.requested_phase}; current phase is "
-        f"{v.current_phase} of {v.total_phases}, completed: {done}; "
-        f"hint: finish the current phase first — `phasegate phase ID` shows it)"
-    )
+def render_violation(session_id: str, v: SequenceViolation) -> str:
+    return f"{v.message} (hint: `phasegate phase {session_id}` shows phase {v.current_phase})"
 
 
 def _next_phase(p: PhaseContent) -> list[str]:

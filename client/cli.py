@@ -208,7 +208,7 @@ async def _phase(ctx: _Ctx) -> int:
     if isinstance(view, SequenceViolation):
         if ctx.args.json:
             _out(render.to_json(view))
-        _err(f"refused: {render.render_violation(view)}")
+        _err(f"refused: {render.render_violation(ctx.args.session_id, view)}")
         return EXIT_REFUSED
     ctx.emit(view, render.render_phase(view))
     return EXIT_OK
@@ -222,7 +222,7 @@ async def _task(ctx: _Ctx) -> int:
     if isinstance(view, SequenceViolation):
         if ctx.args.json:
             _out(render.to_json(view))
-        _err(f"refused: {render.render_violation(view)}")
+        _err(f"refused: {render.render_violation(ctx.args.session_id, view)}")
         return EXIT_REFUSED
     ctx.emit(view, render.render_task(view))
     return EXIT_OK
@@ -320,6 +320,7 @@ def _remote(handler: Callable[[_Ctx], Awaitable[int]]) -> Callable[..., int]:
         from temporalio.exceptions import WorkflowAlreadyStartedError
         from temporalio.service import RPCError, RPCStatusCode
 
+        args.temporal = True  # main() skips interpreter shutdown (see its docstring)
         try:
             return asyncio.run(handler(_Ctx(args, settings)))
         except WorkflowAlreadyStartedError as exc:
@@ -356,6 +357,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from worker import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args.temporal = True
     try:
         asyncio.run(run_worker(settings))
     except RuntimeError as exc:
@@ -525,11 +527,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one ``phasegate`` command; returns the exit code (see the module docstring)."""
+    """Run one ``phasegate`` command and return its exit code (see the module docstring).
+
+    Called without ``argv`` (the console script, ``python -m client.cli``) it is the
+    whole process: after a command that used the Temporal client it leaves with
+    ``os._exit``, because the SDK's Rust threads can abort interpreter shutdown
+    (temporalio/sdk-python#300: "PyGILState_Release ... must be current").
+    """
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    code = _run(args)
+    if argv is None and getattr(args, "temporal", False):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from client.connect import load_settings

@@ -26,7 +26,7 @@ from domain.errors import ExpressionError
 
 __all__ = ["CompiledExpression", "compile_expression"]
 
-_MAX_SOURCE = 2_000
+_MAX_SOURCE = 20_000
 _MAX_DEPTH = 60
 _MAX_INT_BITS = 10_000
 _MAX_SEQ = 100_000

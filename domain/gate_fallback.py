@@ -54,7 +54,16 @@ _CODE_OR_BOLD = re.compile(rf"`({_NAME})`|\*\*({_NAME})\*\*")
 _LEADING_NAME = re.compile(rf"^(?:`({_NAME})`|\*\*({_NAME})\*\*)\s*(:?)\s*[-–—]?\s*(.*)$")
 _SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
 _APPROVAL = re.compile(r"human\s+approval\W*(.*)", re.IGNORECASE)
-_NOT_FIELDS = frozenset({"true", "false", "none", "null", "yes", "no", "todo"})
+_NOT_FIELDS = frozenset({
+    "true", "false", "none", "null", "yes", "no", "todo",
+    # Tool and update names that phase text mentions next to its evidence.
+    "submit_checkpoint", "complete_phase", "get_task", "get_current_phase", "start_workflow",
+    "search_standards", "get_workflow_state", "submit_evidence", "approve_phase",
+})  # fmt: skip
+# A name followed by one of these words is a tool or command, not a field.
+_TOOL_SUFFIX = re.compile(
+    r"\s*(?:\(|(?:update|tool|command|function|query|signal)\b)", re.IGNORECASE
+)
 
 
 @dataclass
@@ -235,7 +244,13 @@ def _item_field(found: _Found, text: str, *, slug: bool = True) -> bool:
             found.add(name, _plain(rest) or name, _value_type(rest))
             return True
     if slug:
-        found.add(slugify_field(_plain(text)), _plain(text), "boolean")
+        plain = _plain(text)
+        name = base = slugify_field(plain)
+        for n in range(2, 1000):  # distinct items whose slugs collide get _2, _3, ...
+            if name not in found.fields or found.fields[name].description == plain[:200]:
+                break
+            name = f"{base[: _MAX_SLUG - 4].rstrip('_')}_{n}"
+        found.add(name, plain, "boolean")
     return slug
 
 
@@ -258,7 +273,7 @@ def _names_in(text: str, *, snake_only: bool) -> list[str]:
     names = []
     for match in _CODE_OR_BOLD.finditer(text):
         name = match.group(1) or match.group(2)
-        if name.lower() in _NOT_FIELDS or name in names:
+        if name.lower() in _NOT_FIELDS or name in names or _TOOL_SUFFIX.match(text, match.end()):
             continue
         if not snake_only or _SNAKE.match(name):
             names.append(name)

@@ -269,12 +269,7 @@ def _compile(text: Any, source: str, path: str) -> CompiledExpression:
 def _validator_text(text: Any, source: str, path: str) -> str:
     compiled = _compile(text, source, path)
     if not compiled.params:
-        raise _error(
-            source,
-            path,
-            "a validator must be a lambda taking the field value",
-            "e.g. 'lambda x: x > 0'",
-        )
+        raise _error(source, path, "a validator must be a lambda", "e.g. 'lambda x: x > 0'")
     if compiled.names:
         unknown = ", ".join(sorted(compiled.names))
         hint = "make them lambda parameters and set them in validator_params"
@@ -291,23 +286,15 @@ def _load_field(name: str, raw: Any, validators: dict[str, str], source: str) ->
         raw["validator"] = ref = f"{name}:inline"
     spec: FieldSpec = _validated(FieldSpec, raw, source, base)
     if ref is not None and ref not in validators:
-        known = ", ".join(sorted(validators)) or "none defined"
-        raise _error(
-            source,
-            f"{base}.validator",
-            f"validator {ref!r} is not defined",
-            f"add it under validators: (defined: {known})",
-        )
+        hint = f"add it under validators: (defined: {', '.join(sorted(validators)) or 'none'})"
+        raise _error(source, f"{base}.validator", f"validator {ref!r} is not defined", hint)
     if spec.validator:
         wanted = _compiled(validators[spec.validator]).params[1:]
         missing = [p for p in wanted if p not in spec.validator_params and p != "params"]
         if missing:
-            raise _error(
-                source,
-                f"{base}.validator_params",
-                f"validator {spec.validator!r} needs {', '.join(missing)}",
-                "set validator_params: {" + ", ".join(f"{m}: ..." for m in missing) + "}",
-            )
+            needs = ", ".join(missing)
+            hint = "set validator_params: {" + ", ".join(f"{m}: ..." for m in missing) + "}"
+            raise _error(source, f"{base}.validator_params", f"validator needs {needs}", hint)
     return spec
 
 
@@ -317,12 +304,8 @@ def _load_rules(
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise _error(
-            source,
-            section,
-            f"expected a list of rules, got {_kind(raw)}",
-            "each rule is {name, expr, message, when}",
-        )
+        hint = "each rule is {name, expr, message, when}"
+        raise _error(source, section, f"expected a list of rules, got {_kind(raw)}", hint)
     rules = []
     for i, item in enumerate(raw):
         path = f"{section}[{i}]"
@@ -332,22 +315,15 @@ def _load_rules(
             text = getattr(rule, key)
             if text is None:
                 continue
-            compiled = _compile(text, source, f"{path}.{key}")
+            where = f"{path}.{key}"
+            compiled = _compile(text, source, where)
             if compiled.params:
-                raise _error(
-                    source,
-                    f"{path}.{key}",
-                    "a rule is an expression over field names, not a lambda",
-                    "e.g. 'tests_passed <= tests_run'",
-                )
-            unknown = sorted(compiled.names - set(fields))
+                hint = "e.g. 'tests_passed <= tests_run'"
+                raise _error(source, where, "a rule is an expression over field names", hint)
+            unknown = ", ".join(sorted(compiled.names - set(fields)))
             if unknown:
-                raise _error(
-                    source,
-                    f"{path}.{key}",
-                    f"unknown field(s) {', '.join(unknown)}",
-                    f"declare them under evidence_schema (have: {', '.join(fields)})",
-                )
+                hint = f"declare them under evidence_schema (have: {', '.join(fields)})"
+                raise _error(source, where, f"unknown field(s) {unknown}", hint)
         rules.append(rule.model_copy(update={"expr": rule.expr.strip()}))
     return rules
 
@@ -380,13 +356,8 @@ def evaluate_gate(gate: GateDefinition, evidence: dict[str, Any]) -> GateEvaluat
         ``warnings`` (check failures of a ``strict: false`` gate) do not.
     """
     if not isinstance(evidence, dict):
-        problem = _problem(
-            "",
-            "type",
-            "an object of field: value",
-            _got(evidence),
-            "Evidence must be an object mapping field names to values.",
-        )
+        message = "Evidence must be an object mapping field names to values."
+        problem = _problem("", "type", "an object of field: value", _got(evidence), message)
         return GateEvaluation(passed=False, problems=[problem])
     problems: list[Problem] = []
     warnings: list[Problem] = []

@@ -66,6 +66,13 @@ class SessionOptions(BaseModel):
     continue_as_new_after_events: int | None = Field(
         None, gt=0, description="Continue-as-new once history reaches this many events."
     )
+    prefetch: bool = Field(
+        True,
+        description="Render the next phase in the background while the agent works, so an "
+        "advance answers without an activity round trip. The prefetched content is in the "
+        "workflow's history (never in any query, update result or error); set false to keep "
+        "a future phase out of history entirely, at the cost of a slower advance.",
+    )
 
 
 # -- internal to the workflow, but plain data (it is carried across continue-as-new) --

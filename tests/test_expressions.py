@@ -228,7 +228,8 @@ def test_deeply_nested_data_does_not_escape_as_recursion_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "source", ["", "   ", "lambda x:", "x +", "lambda x: x > 0)", "(" * 300 + ")" * 300, "1" * 3000]
+    "source",
+    ["", "   ", "lambda x:", "x +", "lambda x: x > 0)", "(" * 300 + ")" * 300, "x + " * 6000 + "x"],
 )
 def test_unparseable_or_oversized_sources(source: str) -> None:
     with pytest.raises(ExpressionError):

@@ -314,3 +314,24 @@ def test_slugify_field(text: str, slug: str) -> None:
     result = slugify_field(text)
     assert result == slug
     assert len(result) <= 40 and result.isidentifier()
+
+
+def test_tool_and_update_names_are_not_fields() -> None:
+    text = """## Evidence
+
+Submit with the `submit_checkpoint` update, or call `complete_phase`.
+Run `run_tests()` first, then report `tests_run_count` and `report_path`.
+"""
+    gate = gate_from_markdown(text, source=SOURCE)
+    assert list(gate.fields) == ["tests_run_count", "report_path"]
+
+
+def test_colliding_slugs_get_suffixes_and_repeats_merge() -> None:
+    long = "Every public function has a docstring and type hints"
+    items = [f"{long} in module a", f"{long} in module b", f"{long} in module a", "Done!"]
+    gate = gate_from_checklist(items, source="tasks.md")
+    assert list(gate.fields) == [
+        "every_public_function_has_a_docstring",
+        "every_public_function_has_a_docstrin_2",
+        "done",
+    ]

@@ -56,6 +56,10 @@ class GatedSession:
         self._state: SessionState | None = None
         self._lock = asyncio.Lock()
         self._updates_this_run = 0
+        # Background render of the next phase (see SessionOptions.prefetch). Private:
+        # no query, result or error ever reads it.
+        self._prefetch: asyncio.Task[PhaseDefinition] | None = None
+        self._prefetch_index = -1
 
     # ---- run -----------------------------------------------------------
 
@@ -87,6 +91,7 @@ class GatedSession:
                 updated_at=now,
             )
         self._publish()
+        self._start_prefetch()
         state = self._state
         await workflow.wait_condition(lambda: state.finished or self._should_continue_as_new())
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -169,7 +174,13 @@ class GatedSession:
         state = self._state
         assert state is not None
         next_phase: PhaseDefinition | None = None
-        if not state.is_last_phase():
+        index = state.current.index + 1
+        if not state.is_last_phase() and self._prefetch is not None and self._prefetch_index == index:
+            try:
+                next_phase = await self._prefetch
+            except (ActivityError, ApplicationError):
+                next_phase = None  # render again below, which reports the error properly
+        if not state.is_last_phase() and next_phase is None:
             try:
                 next_phase = await workflow.execute_local_activity(
                     "render_phase",
@@ -189,6 +200,28 @@ class GatedSession:
                     hint="fix the workflow definition, then submit the same evidence again",
                 ) from None
         state.advance(next_phase, workflow.now())
+        self._start_prefetch()
+
+    def _start_prefetch(self) -> None:
+        """Start rendering the phase after the current one, unless off or already going."""
+        state = self._state
+        assert state is not None
+        index = state.current.index + 1
+        if not state.options.prefetch or state.finished or index >= state.total_phases:
+            return
+        if self._prefetch_index == index:
+            return
+        self._prefetch_index = index
+        self._prefetch = workflow.start_activity(
+            "render_phase",
+            RenderPhaseRequest(ref=state.ref, index=index),
+            result_type=PhaseDefinition,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=_RENDER_RETRY,
+            summary=f"prefetch phase {index}",
+        )
+        # A failed prefetch is only a cache miss; mark its exception as seen.
+        self._prefetch.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     # ---- approvals -----------------------------------------------------
 

@@ -1,0 +1,27 @@
+"""Shared bench helpers: a private dev server and percentile maths."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+for p in (str(REPO), str(REPO / "bench")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+
+def pct(samples: list[float], q: float) -> float:
+    """The q-th percentile (0..100) of samples, nearest-rank."""
+    ordered = sorted(samples)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)

@@ -1,0 +1,131 @@
+"""Advance latency: a passing ``submit_checkpoint`` (gate evaluated, artifact recorded,
+next phase rendered and returned) vs a raw Temporal update on a trivial workflow.
+
+Same dev server, same worker process, same run; calls are interleaved (raw,
+advance, raw, advance, ...) so drift hits both alike. Prints p50/p95 of each
+and the ratio. Target: advance p50 <= 1.3x raw p50.
+
+    .venv/bin/python bench/advance_latency.py [--phases 300]
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (sys.path)
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from _common import ms, pct
+from baseline import RawUpdateWorkflow
+from client.api import PhasegateClient
+from client.devserver import temporal_binary
+from domain.messages import CheckpointSubmission
+from domain.settings import Settings
+from worker import build_worker
+from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
+
+
+def write_library(root: Path, phases: int) -> None:
+    """A static workflow of ``phases`` phases, each with a real gate and a task."""
+    wdir = root / "bench_v1"
+    meta = {
+        "workflow_type": "bench_v1",
+        "name": "Benchmark workflow",
+        "phases": [
+            {"phase_number": i, "phase_name": f"Step {i}",
+             "tasks": [{"task_number": 1, "name": "Do it", "file": "task-1-do.md"}]}
+            for i in range(phases)
+        ],
+    }
+    wdir.mkdir(parents=True)
+    (wdir / "metadata.json").write_text(json.dumps(meta))
+    for i in range(phases):
+        pdir = wdir / "phases" / str(i)
+        pdir.mkdir(parents=True)
+        (pdir / "phase.md").write_text(
+            f"# Phase {i}: Step {i}\n\nWork on {{{{ session.target }}}}; then submit evidence.\n"
+            "Phase [PHASE_NAME] of {{ session.total_phases }}.\n" + "Instructions line.\n" * 40
+        )
+        (pdir / "task-1-do.md").write_text("# Task 1: [TASK_NAME]\n\nDo the work.\n")
+        (pdir / "gate-definition.yaml").write_text(
+            "checkpoint: {strict: true}\n"
+            "evidence_schema:\n"
+            "  done: {type: boolean, required: true, validator: is_true}\n"
+            "  files_changed: {type: list, required: true, min_length: 1}\n"
+            "  summary: {type: string, required: true, min_length: 10}\n"
+            "validators:\n  is_true: 'lambda x: x == True'\n"
+        )
+
+
+async def main(phases: int, warmup: int, think: float = 0.05) -> dict[str, float]:
+    tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-"))
+    write_library(tmp / "lib", phases)
+    settings = Settings(task_queue="bench", home=str(tmp / "home"), library_paths=[str(tmp / "lib")])
+    async with await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
+        data_converter=pydantic_data_converter,
+    ) as env:
+        client = env.client
+        pg = PhasegateClient(client, settings.task_queue)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            raw_worker = Worker(client, task_queue="bench-raw", workflows=[RawUpdateWorkflow])
+            async with build_worker(client, settings, executor=pool), raw_worker:
+                raw = await client.start_workflow(
+                    RawUpdateWorkflow.run, id=f"raw-{uuid.uuid4()}", task_queue="bench-raw"
+                )
+                sid = await pg.start("bench_v1", str(tmp))
+                gated = pg.handle(sid)
+                evidence = {"done": True, "files_changed": ["a.py"], "summary": "did the work well"}
+                raw_t: list[float] = []
+                adv_t: list[float] = []
+                for i in range(phases - 1):
+                    t0 = time.perf_counter()
+                    await raw.execute_update(RawUpdateWorkflow.bump, evidence)
+                    t1 = time.perf_counter()
+                    result = await gated.execute_update(
+                        GatedSession.submit_checkpoint,
+                        CheckpointSubmission(phase=i, evidence=evidence),
+                    )
+                    t2 = time.perf_counter()
+                    assert result.passed and result.next_phase and result.next_phase.phase == i + 1
+                    if i >= warmup:
+                        raw_t.append(t1 - t0)
+                        adv_t.append(t2 - t1)
+                    await asyncio.sleep(think)  # the agent works on the phase it just got
+                await raw.signal(RawUpdateWorkflow.finish)
+    figures = {
+        "raw_p50": pct(raw_t, 50), "raw_p95": pct(raw_t, 95),
+        "advance_p50": pct(adv_t, 50), "advance_p95": pct(adv_t, 95),
+    }
+    figures["ratio_p50"] = figures["advance_p50"] / figures["raw_p50"]
+    print(
+        f"advance latency over {len(adv_t)} interleaved pairs (after {warmup} warm-up, "
+        f"{think * 1000:.0f} ms agent think time between pairs)"
+    )
+    print(f"  raw update          p50 {ms(figures['raw_p50'])}   p95 {ms(figures['raw_p95'])}")
+    print(f"  submit_checkpoint   p50 {ms(figures['advance_p50'])}   p95 {ms(figures['advance_p95'])}"
+          "   (gate + artifact + next phase rendered and returned)")
+    verdict = "OK" if figures["ratio_p50"] <= 1.3 else "OVER TARGET"
+    print(f"  ratio advance/raw p50 = {figures['ratio_p50']:.2f}x  (target <= 1.30x: {verdict})")
+    return figures
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phases", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--think-ms", type=float, default=50.0,
+                        help="pause after each pair, as an agent works between checkpoints")
+    args = parser.parse_args()
+    asyncio.run(main(args.phases, args.warmup, args.think_ms / 1000))
