@@ -100,6 +100,7 @@ class PhaseDraft:
     by_id: dict[str, TaskDraft] = field(default_factory=dict)
 
     def to_model(self) -> SpecPhase:
+        self._assign_ids()
         return SpecPhase(
             number=self.number,
             name=self.name,
@@ -109,6 +110,18 @@ class PhaseDraft:
             validation_gate=[g for g in self.gate if g],
             line=self.line,
         )
+
+    def _assign_ids(self) -> None:
+        """Tasks written without an id get ``<phase>.<k>`` (k = position), unless taken."""
+        spare = len(self.tasks)
+        for k, task in enumerate(self.tasks, start=1):
+            if task.id is not None:
+                continue
+            task.id = f"{self.number}.{k}"
+            while task.id in self.by_id:  # written ids win: "- [ ] 1. Group" over its "1.1"
+                spare += 1
+                task.id = f"{self.number}.{spare}"
+            self.by_id[task.id] = task
 
 
 class PhaseSink:
@@ -204,9 +217,10 @@ class PhaseSink:
         return task
 
     def add_task(self, task: TaskDraft) -> TaskDraft:
-        """Append a task (auto id ``<phase>.<k>``); a duplicate id merges into the first."""
-        if task.id is None:
-            task.id = f"{self.phase.number}.{len(self.phase.tasks) + 1}"
+        """Append a task; a written id seen before in the phase merges into the first."""
+        if task.id is None:  # numbered when the phase is finished, see PhaseDraft
+            self.phase.tasks.append(task)
+            return task
         first = self.phase.by_id.get(task.id)
         if first is None:
             self.phase.by_id[task.id] = task

@@ -9,6 +9,7 @@ heading or list item: checkbox state, task id, ``[P]``/``[USn]`` markers,
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from domain.spec import TaskStatus
@@ -121,15 +122,21 @@ def strip_bold(text: str) -> str:
     """Remove ``**`` markers outside code spans (ids and names are compared without them)."""
     if "**" not in text:
         return text
-    if "`" not in text:
-        return text.replace("**", "")
-    parts = re.split(r"(`[^`]*`)", text)
-    return "".join(p if p.startswith("`") else p.replace("**", "") for p in parts)
+    return _outside_code(text, lambda part: part.replace("**", ""))
 
 
 def plain_heading(text: str) -> str:
-    """Heading text for matching: emphasis markers dropped, whitespace collapsed."""
-    return " ".join(strip_bold(text).replace("*", " ").split())
+    """Heading text for matching: emphasis markers outside code dropped, spaces collapsed."""
+    if "*" in text:
+        text = _outside_code(text, lambda part: part.replace("**", "").replace("*", " "))
+    return " ".join(text.split())
+
+
+def _outside_code(text: str, change: Callable[[str], str]) -> str:
+    if "`" not in text:
+        return change(text)
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(p if p.startswith("`") else change(p) for p in parts)
 
 
 def match_phase(text: str) -> tuple[str, str] | None:
@@ -196,22 +203,19 @@ def parse_head(text: str) -> Head:
 
 
 def _take_id(s: str, head: Head) -> str:
+    """Record the id (or "1." ordinal) at the start of ``s``; returns the rest."""
     m = _TASK_WORD_ID.match(s)
-    if m and not _RANGE.fullmatch(m["id"]):
+    if m is not None and not _RANGE.fullmatch(m["id"]):
         head.task_id, head.strong_id = m["id"].rstrip(".-"), True
+    elif (m := _BARE_ID.match(s)) is not None:
+        head.task_id, head.strong_id = m["id"], not m["id"][0].isdigit()
     else:
-        m = _BARE_ID.match(s)
-        if m:
-            head.task_id = m["id"]
-            head.strong_id = not m["id"][0].isdigit()
-        else:
-            m = _ORDINAL.match(s)
-            if m is None:
-                return s
-            head.ordinal = int(m["n"])
-            return s[m.end() :]
-    if m["star"]:
-        head.optional = True
+        ordinal = _ORDINAL.match(s)
+        if ordinal is None:
+            return s
+        head.ordinal = int(ordinal["n"])
+        return s[ordinal.end() :]
+    head.optional = head.optional or bool(m["star"])
     return s[m.end() :]
 
 

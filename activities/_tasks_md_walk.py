@@ -23,6 +23,7 @@ from activities._tasks_md_build import (
     split_head,
 )
 from activities._tasks_md_text import (
+    Head,
     gate_phase_number,
     is_gate_title,
     is_non_phase_section,
@@ -175,10 +176,9 @@ class PhaseHeadingWalker:
         elif node.type == "paragraph":
             for line in node.content.split("\n"):
                 label = parse_label(line)
-                if label is None:
-                    gate.append(line.strip())
-                elif label.value:
-                    gate.append(label.value)
+                if label is not None and not label.value:
+                    continue  # an intro line such as "Phase 1 Complete When:"
+                gate.append(label.value if label and label.kind == "gate" else line.strip())
 
 
 def walk_numbered(nodes: list[Node], title: str, warnings: list[ParseWarning]) -> list[PhaseDraft]:
@@ -233,7 +233,9 @@ def _eligible_lists(nodes: list[Node]) -> list[Node]:
     return lists
 
 
-def _numbered_phase(item: Node, number: int, head, warnings: list[ParseWarning]) -> PhaseDraft:
+def _numbered_phase(
+    item: Node, number: int, head: Head, warnings: list[ParseWarning]
+) -> PhaseDraft:
     """A numbered item as a phase: task sub-items, else plain sub-items, else itself."""
     phase = PhaseDraft(number=number, name=head.name or f"Phase {number}", line=item.line)
     sink = PhaseSink(phase, warnings)

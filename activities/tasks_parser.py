@@ -4,7 +4,8 @@ Structure comes from markdown-it-py's token stream, so fenced and indented
 code is never read as tasks and every phase and task keeps its line number.
 Handled layouts (see ``tests/fixtures/tasks/`` for one file per family):
 
-* phase headings ``## Phase 1: Name`` / ``### Phase 0 - Name`` / ``## PHASE 2: NAME``;
+* phase headings ``## Phase 1: Name`` / ``### Phase 0 - Name`` / ``## PHASE 2: NAME``
+  (older spec-kit ``## Phase 3.1: Setup`` headings are numbered 1, 2, ... in order);
 * tasks as checkbox items (``- [ ] **Task 1.1**: Name``, spec-kit's
   ``- [ ] T001 [P] [US1] text``, ``- [x] 1.1 text``, ``- [ ]* 2.1 text``) or as
   headings (``#### Task 1.1: Name``, ``### P1-T2: Name``);
@@ -154,9 +155,8 @@ def generate_tasks_md(n_tasks: int, tasks_per_phase: int = 20) -> str:
         for k in range(start, min(start + tasks_per_phase, n_tasks)):
             tid = f"T{k + 1:03d}"
             marker = "[P] " if k % 3 else ""
-            out.append(
-                f"- [ ] {tid} {marker}[{story}] Implement part {k + 1} in src/component_{number}/part_{k + 1}.py\n"
-            )
+            path = f"src/component_{number}/part_{k + 1}.py"
+            out.append(f"- [ ] {tid} {marker}[{story}] Implement part {k + 1} in {path}\n")
             if k % 5 == 4:
                 out.append(
                     f"  - **Dependencies**: T{k:03d}\n"

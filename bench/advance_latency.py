@@ -14,16 +14,18 @@ import _common  # noqa: F401  (sys.path)
 
 import argparse
 import asyncio
-import concurrent.futures
 import json
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from _common import ms, pct
 from baseline import RawUpdateWorkflow
@@ -31,7 +33,6 @@ from client.api import PhasegateClient
 from client.devserver import temporal_binary
 from domain.messages import CheckpointSubmission
 from domain.settings import Settings
-from worker import build_worker
 from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
 
 
@@ -67,6 +68,36 @@ def write_library(root: Path, phases: int) -> None:
         )
 
 
+async def measure(
+    client: Client, settings: Settings, tmp: Path, phases: int, warmup: int, think: float
+) -> tuple[list[float], list[float]]:
+    """Interleaved raw-update / advance pairs; returns the two lists of seconds."""
+    pg = PhasegateClient(client, settings.task_queue)
+    raw = await client.start_workflow(
+        RawUpdateWorkflow.run, id=f"raw-{uuid.uuid4()}", task_queue=f"{settings.task_queue}-raw"
+    )
+    sid = await pg.start("bench_v1", str(tmp))
+    gated = pg.handle(sid)
+    evidence = {"done": True, "files_changed": ["a.py"], "summary": "did the work well"}
+    raw_t: list[float] = []
+    adv_t: list[float] = []
+    for i in range(phases - 1):
+        t0 = time.perf_counter()
+        await raw.execute_update(RawUpdateWorkflow.bump, evidence)
+        t1 = time.perf_counter()
+        result = await gated.execute_update(
+            GatedSession.submit_checkpoint, CheckpointSubmission(phase=i, evidence=evidence)
+        )
+        t2 = time.perf_counter()
+        assert result.passed and result.next_phase and result.next_phase.phase == i + 1
+        if i >= warmup:
+            raw_t.append(t1 - t0)
+            adv_t.append(t2 - t1)
+        await asyncio.sleep(think)  # the agent works on the phase it just got
+    await raw.signal(RawUpdateWorkflow.finish)
+    return raw_t, adv_t
+
+
 async def main(phases: int, warmup: int, think: float = 0.05) -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-"))
     write_library(tmp / "lib", phases)
@@ -77,33 +108,18 @@ async def main(phases: int, warmup: int, think: float = 0.05) -> dict[str, float
         data_converter=pydantic_data_converter,
     ) as env:
         client = env.client
-        pg = PhasegateClient(client, settings.task_queue)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-            raw_worker = Worker(client, task_queue="bench-raw", workflows=[RawUpdateWorkflow])
-            async with build_worker(client, settings, executor=pool), raw_worker:
-                raw = await client.start_workflow(
-                    RawUpdateWorkflow.run, id=f"raw-{uuid.uuid4()}", task_queue="bench-raw"
-                )
-                sid = await pg.start("bench_v1", str(tmp))
-                gated = pg.handle(sid)
-                evidence = {"done": True, "files_changed": ["a.py"], "summary": "did the work well"}
-                raw_t: list[float] = []
-                adv_t: list[float] = []
-                for i in range(phases - 1):
-                    t0 = time.perf_counter()
-                    await raw.execute_update(RawUpdateWorkflow.bump, evidence)
-                    t1 = time.perf_counter()
-                    result = await gated.execute_update(
-                        GatedSession.submit_checkpoint,
-                        CheckpointSubmission(phase=i, evidence=evidence),
-                    )
-                    t2 = time.perf_counter()
-                    assert result.passed and result.next_phase and result.next_phase.phase == i + 1
-                    if i >= warmup:
-                        raw_t.append(t1 - t0)
-                        adv_t.append(t2 - t1)
-                    await asyncio.sleep(think)  # the agent works on the phase it just got
-                await raw.signal(RawUpdateWorkflow.finish)
+        worker = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("_bench_worker.py")),
+             client.service_client.config.target_host, settings.task_queue,
+             settings.library_paths[0], settings.home],
+            stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+            raw_t, adv_t = await measure(client, settings, tmp, phases, warmup, think)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
     figures = {
         "raw_p50": pct(raw_t, 50), "raw_p95": pct(raw_t, 95),
         "advance_p50": pct(adv_t, 50), "advance_p95": pct(adv_t, 95),

@@ -180,12 +180,7 @@ class PhasegateClient:
     ) -> CheckpointResult:
         """Submit checkpoint evidence; a repeated ``submission_id`` returns the first result."""
         sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
-        try:
-            return await self.handle(session_id).execute_update(
-                GatedSession.submit_checkpoint, sub, id=submission_id
-            )
-        except (WorkflowUpdateFailedError, RPCError) as exc:
-            raise error_from(exc) from None
+        return await self._update(session_id, GatedSession.submit_checkpoint, sub, submission_id)
 
     async def signal_checkpoint(self, session_id: str, phase: int, evidence: dict[str, Any],
                                 *, submission_id: str | None = None) -> None:
@@ -208,16 +203,28 @@ class PhasegateClient:
         if phase is None:
             phase = (await self.status(session_id)).current_phase
         msg = ApprovalDecision(phase=phase, approver=approver, decision=decision, comment=comment)  # type: ignore[arg-type]
-        try:
-            return await self.handle(session_id).execute_update(GatedSession.decide_approval, msg)
-        except (WorkflowUpdateFailedError, RPCError) as exc:
-            raise error_from(exc) from None
+        return await self._update(session_id, GatedSession.decide_approval, msg)
 
     async def control(self, session_id: str, req: ControlRequest) -> ControlResult:
-        try:
-            return await self.handle(session_id).execute_update(GatedSession.control, req)
-        except (WorkflowUpdateFailedError, RPCError) as exc:
-            raise error_from(exc) from None
+        return await self._update(session_id, GatedSession.control, req)
+
+    async def _update(
+        self, session_id: str, update: Any, arg: Any, update_id: str | None = None
+    ) -> Any:
+        """Run an update, retrying the transient refusal a run gives while it hands over
+        to its continue-as-new successor (the update was never accepted, so a retry is safe).
+        """
+        for attempt in range(_TRANSIENT_RETRIES + 1):
+            try:
+                return await self.handle(session_id).execute_update(update, arg, id=update_id)
+            except RPCError as exc:
+                if attempt < _TRANSIENT_RETRIES and _transient(exc):
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
+                raise error_from(exc) from None
+            except WorkflowUpdateFailedError as exc:
+                raise error_from(exc) from None
+        raise AssertionError("unreachable")
 
     async def result(self, session_id: str) -> SessionSummary:
         try:
@@ -259,6 +266,18 @@ class PhasegateClient:
             return await self.handle(session_id).query(query, *args)
         except (WorkflowQueryFailedError, RPCError) as exc:
             raise error_from(exc) from None
+
+
+_TRANSIENT_RETRIES = 8
+
+
+def _transient(exc: RPCError) -> bool:
+    """The server's answer when the workflow task that would accept an update failed or was
+    superseded (e.g. by continue-as-new); the next workflow task accepts it."""
+    return "workflow task failure" in str(exc.message) or exc.status in (
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.ABORTED,
+    )
 
 
 def _quote(value: str) -> str:

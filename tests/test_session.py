@@ -278,10 +278,14 @@ async def test_visibility_search_attributes(session_env, tmp_path):
     pg, settings = session_env
     sid = await pg.start("mini_v1", str(tmp_path))
     await pg.submit(sid, 0, GOOD_0)
-    desc = await pg.handle(sid).describe()
     from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
 
-    sa = desc.typed_search_attributes
+    for _ in range(50):  # upserted with the prefetch's workflow task, just after the advance
+        desc = await pg.handle(sid).describe()
+        sa = desc.typed_search_attributes
+        if sa.get(SA_PHASE) == 1:
+            break
+        await asyncio.sleep(0.05)
     assert (sa.get(SA_WORKFLOW), sa.get(SA_PHASE), sa.get(SA_STATUS)) == ("mini_v1", 1, "active")
     assert "mini_v1" in (await desc.static_summary() or "")
     for _ in range(60):  # visibility is eventually consistent (~1.5 s)

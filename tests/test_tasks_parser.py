@@ -637,6 +637,20 @@ def test_checkbox_tasks_without_ids_are_numbered_per_phase() -> None:
     ]
 
 
+def test_written_ids_win_over_generated_ones() -> None:
+    text = (
+        "## Phase 1: A\n\n- [ ] 1. Group\n  - [ ] 1.1 Sub one\n  - [ ] 1.2 Sub two\n- [ ] plain\n"
+    )
+    spec = parse_tasks_md(text)
+    assert [(t.id, t.name, t.line) for t in spec.phases[0].tasks] == [
+        ("1.5", "Group", 3),
+        ("1.1", "Sub one", 4),
+        ("1.2", "Sub two", 5),
+        ("1.4", "plain", 6),
+    ]
+    assert spec.warnings == []
+
+
 def test_plain_bullets_in_a_phase_are_description_not_tasks() -> None:
     text = "## Phase 1: A\n\n- Goal: fast\n- Scope: small\n\n- [ ] 1.1 Real task\n"
     spec = parse_tasks_md(text)

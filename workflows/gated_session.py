@@ -45,30 +45,35 @@ SA_WORKFLOW = SearchAttributeKey.for_keyword("PhasegateWorkflow")
 SA_PHASE = SearchAttributeKey.for_int("PhasegatePhase")
 SA_STATUS = SearchAttributeKey.for_keyword("PhasegateStatus")
 
-# Temporal refuses the 2,001st update of a run; leave room for in-flight ones.
+# Temporal refuses the 2,001st update of a run; leave room for in-flight ones
+# (signals count too: a conservative, simple bound).
 UPDATES_BEFORE_CONTINUE = 1800
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
 
 @workflow.defn
 class GatedSession:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, start: StartSession) -> None:
+        # Restored here, not in run(): after continue-as-new, updates that arrive in
+        # the first workflow task are validated before run() starts.
         self._state: SessionState | None = None
+        if start.carried is not None:
+            self._state = SessionState.model_validate(start.carried)
+            self._state.runs += 1
         self._lock = asyncio.Lock()
-        self._updates_this_run = 0
+        self._messages_this_run = 0
         # Background render of the next phase (see SessionOptions.prefetch). Private:
         # no query, result or error ever reads it.
         self._prefetch: asyncio.Task[PhaseDefinition] | None = None
         self._prefetch_index = -1
+        self._published: tuple[str, int, str] | None = None
 
     # ---- run -----------------------------------------------------------
 
     @workflow.run
     async def run(self, start: StartSession) -> SessionSummary:
-        if start.carried is not None:
-            self._state = SessionState.model_validate(start.carried)
-            self._state.runs += 1
-        else:
+        if self._state is None:
             plan: SessionPlan = await workflow.execute_activity(
                 "load_session",
                 LoadSessionRequest(
@@ -93,8 +98,15 @@ class GatedSession:
         self._publish()
         self._start_prefetch()
         state = self._state
-        await workflow.wait_condition(lambda: state.finished or self._should_continue_as_new())
+        while True:
+            await workflow.wait_condition(
+                lambda: state.finished or self._should_continue_as_new() or self._visibility_due()
+            )
+            if state.finished or self._should_continue_as_new():
+                break
+            self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        self._publish()
         if not state.finished:
             workflow.continue_as_new(
                 StartSession(
@@ -110,17 +122,23 @@ class GatedSession:
         info = workflow.info()
         assert self._state is not None
         limit = self._state.options.continue_as_new_after_events
+        # The event limit counts only once this run has handled a message, so a low
+        # limit can never make runs continue-as-new back to back on their own.
         return (
             info.is_continue_as_new_suggested()
-            or (limit is not None and info.get_current_history_length() >= limit)
-            or self._updates_this_run >= UPDATES_BEFORE_CONTINUE
+            or (
+                limit is not None
+                and self._messages_this_run > 0
+                and info.get_current_history_length() >= limit
+            )
+            or self._messages_this_run >= UPDATES_BEFORE_CONTINUE
         )
 
     # ---- checkpoint ----------------------------------------------------
 
     @workflow.update
     async def submit_checkpoint(self, sub: CheckpointSubmission) -> CheckpointResult:
-        self._updates_this_run += 1
+        self._messages_this_run += 1
         try:
             return await self._checkpoint(sub, "update")
         except PhasegateError as exc:
@@ -137,6 +155,7 @@ class GatedSession:
     @workflow.signal
     async def checkpoint(self, sub: CheckpointSubmission) -> None:
         """Fire-and-forget submission; its result shows in ``status``."""
+        self._messages_this_run += 1
         try:
             await self._checkpoint(sub, "signal")
         except PhasegateError as exc:
@@ -147,7 +166,8 @@ class GatedSession:
     async def _checkpoint(
         self, sub: CheckpointSubmission, via: Literal["update", "signal"]
     ) -> CheckpointResult:
-        await workflow.wait_condition(lambda: self._state is not None)
+        if self._state is None:  # an update that raced the definition load
+            await workflow.wait_condition(lambda: self._state is not None)
         state = self._state
         assert state is not None
         async with self._lock:
@@ -166,7 +186,9 @@ class GatedSession:
                 result.current_phase = state.current.index
                 result.next_phase = None if result.completed else state.content()
             state.remember(sub.submission_id, result)
-            self._publish()
+            # After an advance the search attributes ride on the prefetch's workflow task,
+            # keeping the advance's own task (and so its answer) one command lighter.
+            self._publish(defer_search_attributes=advance)
             return result
 
     async def _advance(self) -> None:
@@ -227,7 +249,7 @@ class GatedSession:
 
     @workflow.update
     async def decide_approval(self, decision: ApprovalDecision) -> SessionView:
-        self._updates_this_run += 1
+        self._messages_this_run += 1
         state = self._state
         assert state is not None
         async with self._lock:
@@ -254,7 +276,7 @@ class GatedSession:
 
     @workflow.update
     async def control(self, req: ControlRequest) -> ControlResult:
-        self._updates_this_run += 1
+        self._messages_this_run += 1
         state = self._state
         assert state is not None
         async with self._lock:
@@ -326,18 +348,34 @@ class GatedSession:
 
     # ---- visibility ----------------------------------------------------
 
-    def _publish(self) -> None:
-        """Keep search attributes and the Web UI's current details in step with state."""
+    def _visibility_due(self) -> bool:
+        """Deferred search attributes are due once the prefetch has come back."""
         state = self._state
         assert state is not None
-        workflow.upsert_search_attributes(
-            [
-                SA_WORKFLOW.value_set(state.workflow_type),
-                SA_PHASE.value_set(state.current.index),
-                SA_STATUS.value_set(state.status),
-            ]
-        )
+        stale = self._published != (state.workflow_type, state.current.index, state.status)
+        return stale and (self._prefetch is None or self._prefetch.done())
+
+    def _publish(self, *, defer_search_attributes: bool = False) -> None:
+        """Keep search attributes and the Web UI's current details in step with state.
+
+        With ``defer_search_attributes`` and a prefetch in flight, the upsert waits
+        for the prefetch's workflow task (the run loop sees ``_visibility_due``).
+        """
+        state = self._state
+        assert state is not None
         workflow.set_current_details(_details_markdown(state))
+        if defer_search_attributes and self._prefetch is not None and not self._prefetch.done():
+            return
+        values = (state.workflow_type, state.current.index, state.status)
+        if values != self._published:  # an upsert is a history event: only on change
+            self._published = values
+            workflow.upsert_search_attributes(
+                [
+                    SA_WORKFLOW.value_set(state.workflow_type),
+                    SA_PHASE.value_set(state.current.index),
+                    SA_STATUS.value_set(state.status),
+                ]
+            )
 
 
 def _details_markdown(state: SessionState) -> str:

@@ -93,6 +93,8 @@ async def main() -> None:
                 for attempt in range(4):
                     await pg.submit(sid, 0, {"spec_path": str(spec), "phases_found": attempt})
                 await _save(pg, sid, "dynamic_first_run", first_run)
+                await pg.status(sid)  # the new run has processed its first workflow task
+                await asyncio.sleep(1)  # and its prefetch has come back
                 await _save(pg, sid, "dynamic_after_continue_as_new")
 
 
