@@ -391,7 +391,7 @@ def _check_field(
     field_is = f" The field is: {spec.description}" if spec.description else ""
     if value is None:
         got = "missing" if name not in evidence else "null"
-        message = f"Required field '{name}' is {got}; provide a {spec.type}{about}."
+        message = f"Required field '{name}' is {got}; provide a {_TYPE_WORDS[spec.type]}{about}."
         return ([_problem(name, "required", spec.type, got, message)] if spec.required else []), []
     if not _type_ok(spec.type, value):
         message = f"'{name}' must be a {_TYPE_WORDS[spec.type]}{about}; got {_kind(value)}."

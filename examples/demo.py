@@ -139,7 +139,8 @@ async def walk(pg: PhasegateClient, ui_url: str | None) -> str:
         step(f"Phase {view.phase} (tasks.md phase {view.label}): {view.name}")
         for t in view.tasks:
             task = await pg.task(sid, view.phase, t.id)
-            first = next((ln for ln in task.content.splitlines() if ln.strip()), "")  # type: ignore[union-attr]
+            lines = task.content.splitlines()  # type: ignore[union-attr]
+            first = next((ln for ln in lines if ln.strip() and not ln.startswith("#")), "")
             say(f"   task {t.id}: {t.name} {DIM}{first[:60]}{RESET}")
         result = await pg.submit(sid, view.phase, evidence_for(view), submission_id=f"{sid}-{view.phase}")
         mark = f"{GREEN}passed{RESET}" if result.passed else f"{RED}failed{RESET}"
