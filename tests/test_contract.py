@@ -1,0 +1,109 @@
+"""The public contract, driven the way an external program would: the plain
+Temporal SDK with its default JSON converter, names as strings, dicts in and out.
+Nothing from phasegate is imported to talk to the session.
+
+Each shipped workflow is walked to completion. The "agent" reads each phase
+through the `phase` query, takes the example evidence the phase documents
+(a ```json block under its Evidence heading), completes it from the gate's
+field list where the example cannot know (dynamic per-item checks, task ids),
+submits it, and a "lead" approves where the gate asks for approval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = REPO / "examples" / "specs" / "todo-api"
+_JSON_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.S)
+
+
+def _example_evidence(content: str) -> dict[str, Any]:
+    for block in _JSON_BLOCK.findall(content):
+        try:
+            data = json.loads(block)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def _complete(evidence: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+    out = dict(evidence)
+    for name, field in view["gate"]["fields"].items():
+        if name in out or not field["required"]:
+            continue
+        out[name] = {
+            "boolean": True,
+            "integer": 1,
+            "number": 1.0,
+            "list": ["item"],
+            "dict": {"k": "v"},
+        }.get(field["type"], f"{name} done and checked by the agent")
+    if "tasks_completed" in view["gate"]["fields"]:
+        out["tasks_completed"] = [t["id"] for t in view["tasks"]]
+    return out
+
+
+@pytest.mark.parametrize(
+    "workflow_type, options",
+    [
+        ("spec_execution_v1", {"spec_path": str(SPEC)}),
+        ("test_generation_v3", {}),
+        ("production_code_v2", {}),
+    ],
+)
+async def test_external_program_completes_each_shipped_workflow(
+    env, settings_for, run_worker, workflow_type, options
+):
+    settings = settings_for()
+    plain = await Client.connect(
+        env.client.service_client.config.target_host, namespace=env.client.namespace
+    )
+    async with run_worker(settings):
+        handle = await plain.start_workflow(
+            "GatedSession",
+            {"workflow_type": workflow_type, "target": str(SPEC), "options": options},
+            id=f"contract-{workflow_type}-{uuid.uuid4().hex[:6]}",
+            task_queue=settings.task_queue,
+        )
+        status: dict[str, Any] = {}
+        for _ in range(200):
+            try:
+                status = await handle.query("status")
+                break
+            except Exception:  # noqa: BLE001 - still loading its definition
+                await asyncio.sleep(0.05)
+        assert status["status"] == "active" and status["current_phase"] == 0
+        total = status["total_phases"]
+        approvals = 0
+        for expected in range(total):
+            view = await handle.query("phase", {"phase": expected})
+            assert view.get("error") is None and view["phase"] == expected, view
+            if expected + 1 < total:
+                ahead = await handle.query("phase", {"phase": expected + 1})
+                assert ahead["error"] == "phase_sequence_violation"
+            evidence = _complete(_example_evidence(view["content"]), view)
+            result = await handle.execute_update("submit_checkpoint", {"phase": expected, "evidence": evidence})
+            assert result["passed"], (workflow_type, expected, result["problems"])
+            if result["awaiting_approval"]:
+                approvers = view["gate"]["approvers"] or ["lead"]
+                decided = await handle.execute_update(
+                    "decide_approval",
+                    {"phase": expected, "approver": approvers[0], "decision": "approve", "comment": "ok"},
+                )
+                approvals += 1
+                assert decided["current_phase"] == min(expected + 1, total - 1)
+        summary = await handle.result()
+        assert summary["status"] == "completed"
+        assert summary["completed_phases"] == list(range(total))
+        assert approvals >= 1  # every shipped workflow has a human gate
