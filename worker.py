@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 from temporalio.client import Client
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import DefinitionActivities
 from domain.settings import Settings
@@ -40,9 +39,6 @@ def build_worker(
         workflows=list(WORKFLOWS),
         activities=[definitions.load_session, definitions.render_phase],
         activity_executor=executor,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
-        ),
     )
 
 

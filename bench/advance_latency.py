@@ -31,7 +31,7 @@ from _common import ms, pct
 from baseline import RawUpdateWorkflow
 from client.api import PhasegateClient
 from client.devserver import temporal_binary
-from domain.messages import CheckpointSubmission
+from domain.messages import CheckpointSubmission, SessionOptions
 from domain.settings import Settings
 from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
 
@@ -69,14 +69,20 @@ def write_library(root: Path, phases: int) -> None:
 
 
 async def measure(
-    client: Client, settings: Settings, tmp: Path, phases: int, warmup: int, think: float
+    client: Client,
+    settings: Settings,
+    tmp: Path,
+    phases: int,
+    warmup: int,
+    think: float,
+    prefetch: bool,
 ) -> tuple[list[float], list[float]]:
     """Interleaved raw-update / advance pairs; returns the two lists of seconds."""
     pg = PhasegateClient(client, settings.task_queue)
     raw = await client.start_workflow(
         RawUpdateWorkflow.run, id=f"raw-{uuid.uuid4()}", task_queue=f"{settings.task_queue}-raw"
     )
-    sid = await pg.start("bench_v1", str(tmp))
+    sid = await pg.start("bench_v1", str(tmp), options=SessionOptions(prefetch=prefetch))
     gated = pg.handle(sid)
     evidence = {"done": True, "files_changed": ["a.py"], "summary": "did the work well"}
     raw_t: list[float] = []
@@ -98,7 +104,9 @@ async def measure(
     return raw_t, adv_t
 
 
-async def main(phases: int, warmup: int, think: float = 0.05) -> dict[str, float]:
+async def main(
+    phases: int, warmup: int, think: float = 0.05, prefetch: bool = True
+) -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-"))
     write_library(tmp / "lib", phases)
     settings = Settings(task_queue="bench", home=str(tmp / "home"), library_paths=[str(tmp / "lib")])
@@ -116,7 +124,7 @@ async def main(phases: int, warmup: int, think: float = 0.05) -> dict[str, float
         )
         try:
             assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
-            raw_t, adv_t = await measure(client, settings, tmp, phases, warmup, think)
+            raw_t, adv_t = await measure(client, settings, tmp, phases, warmup, think, prefetch)
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
@@ -127,7 +135,7 @@ async def main(phases: int, warmup: int, think: float = 0.05) -> dict[str, float
     figures["ratio_p50"] = figures["advance_p50"] / figures["raw_p50"]
     print(
         f"advance latency over {len(adv_t)} interleaved pairs (after {warmup} warm-up, "
-        f"{think * 1000:.0f} ms agent think time between pairs)"
+        f"{think * 1000:.0f} ms agent think time between pairs, prefetch {'on' if prefetch else 'off'})"
     )
     print(f"  raw update          p50 {ms(figures['raw_p50'])}   p95 {ms(figures['raw_p95'])}")
     print(f"  submit_checkpoint   p50 {ms(figures['advance_p50'])}   p95 {ms(figures['advance_p95'])}"
@@ -143,5 +151,7 @@ if __name__ == "__main__":
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--think-ms", type=float, default=50.0,
                         help="pause after each pair, as an agent works between checkpoints")
+    parser.add_argument("--no-prefetch", action="store_true",
+                        help="render each next phase on demand (options.prefetch = false)")
     args = parser.parse_args()
-    asyncio.run(main(args.phases, args.warmup, args.think_ms / 1000))
+    asyncio.run(main(args.phases, args.warmup, args.think_ms / 1000, not args.no_prefetch))

@@ -1,0 +1,21 @@
+"""Run every phasegate benchmark in turn (``make bench``). Not a test: it prints figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHES = [
+    ["advance_latency.py"],
+    ["advance_latency.py", "--no-prefetch", "--phases", "120"],
+    ["parse_render.py"],
+]
+
+if __name__ == "__main__":
+    failed = 0
+    for argv in BENCHES:
+        print(f"\n### {' '.join(argv)}", flush=True)
+        failed |= subprocess.call([sys.executable, str(HERE / argv[0]), *argv[1:]])
+    sys.exit(failed)
