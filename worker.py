@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import DefinitionActivities
+from activities.notify import notify_webhook
 from domain.settings import Settings
 from workflows import GatedSession
 
@@ -37,7 +38,7 @@ def build_worker(
         client,
         task_queue=settings.task_queue,
         workflows=list(WORKFLOWS),
-        activities=[definitions.load_session, definitions.render_phase],
+        activities=[definitions.load_session, definitions.render_phase, notify_webhook],
         activity_executor=executor,
     )
 

@@ -210,10 +210,11 @@ class PhaseSink:
         text, rest = item_text(item)
         head, more = split or split_head(text)
         task = self.add_task(TaskDraft.from_head(head, item.line, inherit))
-        sink = TaskSink(task, self)
-        sink.pending = sink.lines(more)
-        for child in rest:
-            sink.feed(child)
+        if more or rest:  # most items are one line with nothing under them
+            sink = TaskSink(task, self)
+            sink.pending = sink.lines(more)
+            for child in rest:
+                sink.feed(child)
         return task
 
     def add_task(self, task: TaskDraft) -> TaskDraft:

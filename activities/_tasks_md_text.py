@@ -83,6 +83,10 @@ _STATUS_WORDS: dict[str, TaskStatus] = {
     "not started": "todo",
     "pending": "todo",
 }
+_CODE_SPAN = re.compile(r"(`[^`]*`)")
+_GATE_PHASE = re.compile(r"phase\s+(\d{1,9})(?![.\d])", re.IGNORECASE)
+_VALUE_SEP = re.compile(r"\s*[,;]\s*|\s+and\s+")
+_TASK_WORD = re.compile(r"^tasks?\s+", re.IGNORECASE)
 _NON_PHASE_SECTION = re.compile(
     r"\b(summary|notes?|dependenc|execution order|implementation strategy|parallel|risks?"
     r"|references?|appendix|overview|format|conventions|glossary|questions|success criteria"
@@ -135,7 +139,7 @@ def plain_heading(text: str) -> str:
 def _outside_code(text: str, change: Callable[[str], str]) -> str:
     if "`" not in text:
         return change(text)
-    parts = re.split(r"(`[^`]*`)", text)
+    parts = _CODE_SPAN.split(text)
     return "".join(p if p.startswith("`") else change(p) for p in parts)
 
 
@@ -161,7 +165,7 @@ def is_gate_title(text: str) -> bool:
 
 def gate_phase_number(text: str) -> int | None:
     """The phase a gate heading names ("Phase 2 Validation Gate" -> 2), if any."""
-    m = re.search(r"phase\s+(\d{1,9})(?![.\d])", plain_heading(text), re.IGNORECASE)
+    m = _GATE_PHASE.search(plain_heading(text))
     return int(m.group(1)) if m else None
 
 
@@ -242,8 +246,8 @@ def strip_checkbox(text: str) -> str:
 def split_values(value: str) -> list[str]:
     """``"1.1, 2.3"`` -> ``["1.1", "2.3"]``; markup and a leading "Task" are dropped."""
     out: list[str] = []
-    for part in re.split(r"\s*[,;]\s*|\s+and\s+", value):
-        part = re.sub(r"^tasks?\s+", "", part.strip().strip("*_`").strip(), flags=re.IGNORECASE)
+    for part in _VALUE_SEP.split(value):
+        part = _TASK_WORD.sub("", part.strip().strip("*_`").strip())
         if part and part.lower().rstrip(".") not in _NONE_VALUES:
             out.append(part)
     return out

@@ -22,7 +22,7 @@ class Node:
 
     __slots__ = ("children", "content", "info", "level", "line", "markup", "type")
 
-    def __init__(self, type_: str, line: int, *, level: int = 0, info: str = "", markup: str = ""):
+    def __init__(self, type_: str, line: int, level: int = 0, info: str = "", markup: str = ""):
         self.type = type_
         self.line = line  # 1-based line where the block starts
         self.level = level  # heading level, 0 for other blocks
@@ -36,22 +36,28 @@ def build_tree(tokens: Sequence[Token]) -> list[Node]:
     """Nest markdown-it's flat token stream into blocks; returns the top-level blocks."""
     root = Node("root", 1)
     stack = [root]
+    parent = root
     for tok in tokens:
-        line = tok.map[0] + 1 if tok.map else stack[-1].line
-        if tok.nesting == 1:
-            level = int(tok.tag[1]) if tok.type == "heading_open" else 0
-            node = Node(tok.type[:-5], line, level=level, info=tok.info, markup=tok.markup)
-            stack[-1].children.append(node)
-            stack.append(node)
-        elif tok.nesting == -1:
+        nesting = tok.nesting
+        if nesting == -1:
             if len(stack) > 1:
                 stack.pop()
-        elif tok.type == "inline":
-            stack[-1].content = tok.content
+                parent = stack[-1]
+        elif tok.type == "inline":  # most tokens: the text of the paragraph or heading
+            parent.content = tok.content
         else:
-            node = Node(tok.type, line, info=tok.info, markup=tok.markup)
-            node.content = tok.content
-            stack[-1].children.append(node)
+            kind, where = tok.type, tok.map
+            line = where[0] + 1 if where else parent.line
+            if nesting == 1:
+                level = int(tok.tag[1]) if kind == "heading_open" else 0
+                node = Node(kind[:-5], line, level, tok.info, tok.markup)
+                parent.children.append(node)
+                stack.append(node)
+                parent = node
+            else:
+                node = Node(kind, line, 0, tok.info, tok.markup)
+                node.content = tok.content
+                parent.children.append(node)
     return root.children
 
 

@@ -126,6 +126,51 @@ class ApprovalSpec(BaseModel):
 
     required: bool = False
     approvers: list[str] = Field(default_factory=list)
+    timeout: str | None = Field(
+        None, description="How long a decision may take: '90s', '30m', '24h', '2d' (or seconds)."
+    )
+    on_timeout: Literal["escalate", "reject"] = Field(
+        "escalate",
+        description="escalate: status approval_overdue (+ notify); reject: the phase reopens.",
+    )
+    notify_url: str | None = Field(
+        None, description="On escalation, POST a JSON payload here (http/https)."
+    )
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _timeout_text(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = f"{value}s"
+        if value is not None:
+            parse_duration(str(value))  # raises ValueError with the accepted forms
+        return value
+
+    @field_validator("notify_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s]+$", value):
+            raise ValueError("notify_url must be an http:// or https:// URL")
+        return value
+
+    def timeout_seconds(self) -> float | None:
+        return parse_duration(self.timeout) if self.timeout else None
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``'90s'``, ``'30m'``, ``'24h'``, ``'2d'`` or a bare number of seconds.
+
+    Raises:
+        ValueError: anything else, or a duration of zero.
+    """
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"invalid duration {text!r}: use a positive number with s, m, h or d")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
 
 
 class GateDefinition(BaseModel):

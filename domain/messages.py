@@ -22,6 +22,7 @@ __all__ = [
     "CheckpointResult",
     "ApprovalDecision",
     "ApprovalRecord",
+    "AuditEntry",
     "ControlRequest",
     "ControlResult",
     "PhaseQuery",
@@ -43,9 +44,18 @@ __all__ = [
     "LoadSessionRequest",
     "RenderPhaseRequest",
     "SessionPlan",
+    "NotifyRequest",
 ]
 
-SessionStatus = Literal["starting", "active", "awaiting_approval", "paused", "completed", "abandoned"]
+SessionStatus = Literal[
+    "starting",
+    "active",
+    "awaiting_approval",
+    "approval_overdue",
+    "paused",
+    "completed",
+    "abandoned",
+]
 DEFAULT_MAX_EVIDENCE_BYTES = 1024 * 1024
 
 
@@ -65,6 +75,9 @@ class SessionOptions(BaseModel):
     )
     continue_as_new_after_events: int | None = Field(
         None, gt=0, description="Continue-as-new once history reaches this many events."
+    )
+    notify_url: str | None = Field(
+        None, description="Webhook for overdue approvals; overrides the gate's approval.notify_url."
     )
     prefetch: bool = Field(
         True,
@@ -120,6 +133,13 @@ class LoadSessionRequest(BaseModel):
 class RenderPhaseRequest(BaseModel):
     ref: DefinitionRef
     index: int
+
+
+class NotifyRequest(BaseModel):
+    """A webhook call: POST ``payload`` as JSON to ``url``."""
+
+    url: str
+    payload: dict[str, Any]
 
 
 class SessionPlan(BaseModel):
@@ -194,6 +214,16 @@ class ApprovalRecord(BaseModel):
     decision: Literal["approve", "reject"]
     comment: str = ""
     at: datetime
+
+
+class AuditEntry(BaseModel):
+    """One recorded decision or control action: who, when, what, why."""
+
+    at: datetime
+    action: str
+    actor: str = ""
+    phase: int
+    detail: str = ""
 
 
 class ControlRequest(BaseModel):
@@ -292,6 +322,11 @@ class SessionView(BaseModel):
     last_problems: list[Problem] = Field(default_factory=list)
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     awaiting_approval_from: list[str] = Field(default_factory=list)
+    approval_due_at: datetime | None = None
+    audit: list[AuditEntry] = Field(default_factory=list)
+    superseded: list[PhaseArtifact] = Field(
+        default_factory=list, description="Artifacts of phases undone by a rollback (kept)."
+    )
     feedback: str = ""
     artifacts: dict[str, list[str]] = Field(
         default_factory=dict, description="Phase number -> evidence field names recorded."

@@ -10,7 +10,7 @@ a server and replays identically. Time comes in as an argument
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -25,11 +25,13 @@ from domain.errors import (
 from domain.gates import GateEvaluation, evaluate_gate
 from domain.messages import (
     ApprovalDecision,
+    AuditEntry,
     ApprovalRecord,
     Attempt,
     CheckpointResult,
     CheckpointSubmission,
     CompletedPhase,
+    ControlRequest,
     DefinitionRef,
     GateField,
     GateView,
@@ -46,7 +48,7 @@ from domain.messages import (
     TaskView,
 )
 
-__all__ = ["SessionState", "AuditEntry", "evidence_size", "MAX_REMEMBERED_SUBMISSIONS"]
+__all__ = ["SessionState", "evidence_size", "MAX_REMEMBERED_SUBMISSIONS"]
 
 MAX_REMEMBERED_SUBMISSIONS = 1000
 MAX_ATTEMPTS_KEPT = 50
@@ -55,14 +57,6 @@ MAX_ATTEMPTS_KEPT = 50
 def evidence_size(evidence: dict[str, Any]) -> int:
     """Bytes of the evidence as compact JSON (what the cap is measured on)."""
     return len(json.dumps(evidence, separators=(",", ":"), default=str).encode())
-
-
-class AuditEntry(BaseModel):
-    at: datetime
-    action: str
-    actor: str = ""
-    phase: int
-    detail: str = ""
 
 
 class SessionState(BaseModel):
@@ -82,6 +76,7 @@ class SessionState(BaseModel):
     artifacts: dict[int, PhaseArtifact] = Field(default_factory=dict)
     superseded: list[PhaseArtifact] = Field(default_factory=list)
     pending: PhaseArtifact | None = Field(None, description="Passed, awaiting approval.")
+    approval_due_at: datetime | None = None
     attempts: list[Attempt] = Field(default_factory=list, description="Current phase.")
     attempt_count: int = 0
     approvals: list[ApprovalRecord] = Field(default_factory=list)
@@ -102,6 +97,10 @@ class SessionState(BaseModel):
     @property
     def finished(self) -> bool:
         return self.status in ("completed", "abandoned")
+
+    @property
+    def awaiting_approval(self) -> bool:
+        return self.status in ("awaiting_approval", "approval_overdue")
 
     def allowed_approvers(self) -> list[str]:
         """Who may decide the current phase's approval ([] means any named person)."""
@@ -152,10 +151,11 @@ class SessionState(BaseModel):
             last_problems=list(last.problems) if last and not last.passed else [],
             approvals=list(self.approvals),
             awaiting_approval_from=(
-                self.allowed_approvers() or ["any approver"]
-                if self.status == "awaiting_approval"
-                else []
+                self.allowed_approvers() or ["any approver"] if self.awaiting_approval else []
             ),
+            approval_due_at=self.approval_due_at if self.awaiting_approval else None,
+            audit=list(self.audit),
+            superseded=list(self.superseded),
             feedback=self.feedback,
             artifacts={str(k): sorted(a.evidence) for k, a in sorted(self.artifacts.items())},
             last_signal_error=self.last_signal_error,
@@ -233,7 +233,7 @@ class SessionState(BaseModel):
                 f"session is {self.status}; it takes no more checkpoints",
                 hint="start a new session",
             )
-        if self.status == "awaiting_approval":
+        if self.awaiting_approval:
             who = ", ".join(self.allowed_approvers()) or "an approver"
             return SessionNotActive(
                 f"phase {self.current.index} passed its checkpoint and awaits approval by {who}",
@@ -257,7 +257,7 @@ class SessionState(BaseModel):
         return None
 
     def check_decision(self, decision: ApprovalDecision) -> SessionError | None:
-        if self.status != "awaiting_approval":
+        if not self.awaiting_approval:
             return ApprovalRefused(
                 f"nothing awaits approval: session is {self.status} on phase {self.current.index}",
                 hint="approvals are decided after the phase's checkpoint passes",
@@ -332,6 +332,8 @@ class SessionState(BaseModel):
         )
         if self.requires_approval():
             self.status = "awaiting_approval"
+            timeout = self.current.gate.approval.timeout_seconds()
+            self.approval_due_at = now + timedelta(seconds=timeout) if timeout else None
             result.awaiting_approval = True
             return result, False
         return result, True
@@ -379,6 +381,7 @@ class SessionState(BaseModel):
             )
         )
         self.updated_at = now
+        self.approval_due_at = None
         self.audit.append(
             AuditEntry(
                 at=now,
@@ -396,6 +399,65 @@ class SessionState(BaseModel):
         self.status = "active"
         self.feedback = decision.comment or f"rejected by {decision.approver}"
         return False
+
+    # ---- controls --------------------------------------------------------
+
+    def check_control(self, req: ControlRequest) -> SessionError | None:
+        """Why a control request must be refused, or None. Nothing here moves forward."""
+        if self.finished:
+            return SessionNotActive(f"session is {self.status}; controls no longer apply")
+        if req.action == "pause" and self.status == "paused":
+            return SessionNotActive("session is already paused")
+        if req.action == "resume" and self.status != "paused":
+            return SessionNotActive("session is not paused", hint="only a paused session resumes")
+        if req.action == "abandon" and not req.reason.strip():
+            return SessionError("abandon needs a reason", where="reason")
+        if req.action == "rollback":
+            done = sorted(self.past)
+            if req.to_phase is None or req.to_phase not in self.past:
+                return PhaseSequenceViolation(
+                    f"rollback goes back to a completed phase; {req.to_phase} is not one",
+                    where="to_phase",
+                    hint=f"completed phases: {', '.join(map(str, done)) or 'none'}",
+                )
+        return None
+
+    def apply_control(self, req: ControlRequest, now: datetime) -> None:
+        """Carry out a checked control request and audit it."""
+        phase = self.current.index
+        if req.action == "pause":
+            self.paused_from, self.status = self.status, "paused"
+        elif req.action == "resume":
+            self.status, self.paused_from = self.paused_from or "active", None
+        elif req.action == "abandon":
+            self.status = "abandoned"
+        elif req.action == "retry_phase":
+            self.attempts, self.attempt_count = [], 0
+            self.feedback = ""
+        elif req.action == "rollback":
+            assert req.to_phase is not None
+            self._rollback(req.to_phase)
+        self.audit.append(
+            AuditEntry(at=now, action=req.action, actor=req.actor, phase=phase, detail=req.reason)
+        )
+        self.updated_at = now
+
+    def _rollback(self, to_phase: int) -> None:
+        """Reopen completed phase ``to_phase``; later artifacts are kept as superseded."""
+        undone = [k for k in self.artifacts if k >= to_phase]
+        for k in sorted(undone):
+            self.superseded.append(self.artifacts.pop(k).model_copy(update={"superseded": True}))
+        if self.pending is not None:
+            self.superseded.append(self.pending.model_copy(update={"superseded": True}))
+            self.pending = None
+        self.current = self.past[to_phase]
+        for k in [k for k in self.past if k >= to_phase]:
+            del self.past[k]
+        self.completed = [c for c in self.completed if c.phase < to_phase]
+        self.attempts, self.attempt_count = [], 0
+        self.approval_due_at = None
+        self.paused_from = None
+        self.status = "active"
 
     def remember(self, submission_id: str | None, result: CheckpointResult) -> None:
         """Keep a result for idempotent repeats (bounded, oldest dropped first)."""

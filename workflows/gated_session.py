@@ -9,7 +9,7 @@ history grows. The public contract is in ARCHITECTURE.md.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
@@ -37,7 +37,8 @@ with workflow.unsafe.imports_passed_through():
         TaskQuery,
         TaskView,
     )
-    from domain.session import AuditEntry, SessionState
+    from domain.messages import AuditEntry, NotifyRequest
+    from domain.session import SessionState
 
 __all__ = ["GatedSession", "SA_WORKFLOW", "SA_PHASE", "SA_STATUS"]
 
@@ -48,6 +49,7 @@ SA_STATUS = SearchAttributeKey.for_keyword("PhasegateStatus")
 # Temporal refuses the 2,001st update of a run; leave room for in-flight ones
 # (signals count too: a conservative, simple bound).
 UPDATES_BEFORE_CONTINUE = 1800
+DEADLINE_ACTOR = "phasegate:deadline"
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
 
@@ -68,6 +70,7 @@ class GatedSession:
         self._prefetch: asyncio.Task[PhaseDefinition] | None = None
         self._prefetch_index = -1
         self._published: tuple[str, int, str] | None = None
+        self._deadline_key: tuple[int, datetime] | None = None
 
     # ---- run -----------------------------------------------------------
 
@@ -97,6 +100,7 @@ class GatedSession:
             )
         self._publish()
         self._start_prefetch()
+        self._arm_deadline()
         state = self._state
         while True:
             await workflow.wait_condition(
@@ -186,6 +190,7 @@ class GatedSession:
                 result.current_phase = state.current.index
                 result.next_phase = None if result.completed else state.content()
             state.remember(sub.submission_id, result)
+            self._arm_deadline()
             # After an advance the search attributes ride on the prefetch's workflow task,
             # keeping the advance's own task (and so its answer) one command lighter.
             self._publish(defer_search_attributes=advance)
@@ -272,40 +277,21 @@ class GatedSession:
         if problem is not None:
             raise ApplicationError(str(problem), problem.details(), type=problem.code)
 
-    # ---- controls (pause / resume / abandon; more arrive with the controls issue) --
+    # ---- controls ------------------------------------------------------
 
     @workflow.update
     async def control(self, req: ControlRequest) -> ControlResult:
+        """pause / resume / retry_phase / rollback (only backwards) / abandon; all audited."""
         self._messages_this_run += 1
         state = self._state
         assert state is not None
         async with self._lock:
-            now = workflow.now()
-            if req.action == "pause":
-                state.paused_from = state.status
-                state.status = "paused"
-            elif req.action == "resume":
-                state.status = state.paused_from or "active"
-                state.paused_from = None
-            elif req.action == "abandon":
-                state.status = "abandoned"
-            elif req.action == "retry_phase":
-                state.attempts = []
-                state.attempt_count = 0
-            else:
-                raise ApplicationError(
-                    f"control {req.action!r} is not supported yet", type="control_unsupported"
-                )
-            state.audit.append(
-                AuditEntry(
-                    at=now,
-                    action=req.action,
-                    actor=req.actor,
-                    phase=state.current.index,
-                    detail=req.reason,
-                )
-            )
-            state.updated_at = now
+            problem = state.check_control(req)
+            if problem is not None:
+                raise ApplicationError(str(problem), problem.details(), type=problem.code)
+            state.apply_control(req, workflow.now())
+            if req.action == "rollback":
+                self._start_prefetch()
             self._publish()
             return ControlResult(
                 action=req.action, status=state.status, current_phase=state.current.index
@@ -313,15 +299,96 @@ class GatedSession:
 
     @control.validator
     def _validate_control(self, req: ControlRequest) -> None:
+        if self._state is None:
+            raise ApplicationError("session is still starting", type="session_not_active")
+        problem = self._state.check_control(req)
+        if problem is not None:
+            raise ApplicationError(str(problem), problem.details(), type=problem.code)
+
+    # ---- approval deadlines ----------------------------------------------
+
+    def _arm_deadline(self) -> None:
+        """Start the timer for the approval the session now waits for, if its gate has one."""
         state = self._state
-        if state is None or state.finished:
-            raise ApplicationError("session is not running", type="session_not_active")
-        if req.action == "pause" and state.status == "paused":
-            raise ApplicationError("session is already paused", type="session_not_active")
-        if req.action == "resume" and state.status != "paused":
-            raise ApplicationError("session is not paused", type="session_not_active")
-        if req.action == "abandon" and not req.reason.strip():
-            raise ApplicationError("abandon needs a reason", type="control_invalid")
+        assert state is not None
+        if state.status != "awaiting_approval" or state.approval_due_at is None:
+            return
+        key = (state.current.index, state.approval_due_at)
+        if self._deadline_key != key:
+            self._deadline_key = key
+            asyncio.create_task(self._deadline(key))
+
+    async def _deadline(self, key: tuple[int, datetime]) -> None:
+        state = self._state
+        assert state is not None
+
+        def still_waiting() -> bool:
+            return state.awaiting_approval and (state.current.index, state.approval_due_at) == key
+
+        remaining = max((key[1] - workflow.now()).total_seconds(), 0.001)
+        try:
+            await workflow.wait_condition(lambda: not still_waiting(), timeout=remaining)
+            return  # decided (or rolled back) in time
+        except asyncio.TimeoutError:
+            pass
+        async with self._lock:
+            if not still_waiting() or state.status == "approval_overdue":
+                return
+            approval = state.current.gate.approval
+            now = workflow.now()
+            if approval.on_timeout == "reject":
+                state.record_decision(
+                    ApprovalDecision(
+                        phase=key[0],
+                        approver=DEADLINE_ACTOR,
+                        decision="reject",
+                        comment=f"no decision within {approval.timeout}; the phase is reopened",
+                    ),
+                    now,
+                )
+            else:
+                state.status = "approval_overdue"
+                state.audit.append(
+                    AuditEntry(
+                        at=now,
+                        action="escalate",
+                        actor=DEADLINE_ACTOR,
+                        phase=key[0],
+                        detail=f"no decision within {approval.timeout}",
+                    )
+                )
+                self._publish()
+                url = state.options.notify_url or approval.notify_url
+                if url:
+                    await self._notify(url, key[0])
+            self._publish()
+
+    async def _notify(self, url: str, phase: int) -> None:
+        state = self._state
+        assert state is not None
+        info = workflow.info()
+        payload = {
+            "event": "approval_overdue",
+            "session_id": info.workflow_id,
+            "workflow_type": state.workflow_type,
+            "phase": phase,
+            "phase_name": state.current.name,
+            "approvers": state.allowed_approvers(),
+            "due_at": state.approval_due_at.isoformat() if state.approval_due_at else None,
+        }
+        try:
+            await workflow.execute_activity(
+                "notify_webhook",
+                NotifyRequest(url=url, payload=payload),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(minutes=1)),
+            )
+            detail = f"notified {url}"
+        except ActivityError as exc:
+            detail = f"notify {url} failed: {exc.cause or exc}"
+        state.audit.append(
+            AuditEntry(at=workflow.now(), action="notify", actor=DEADLINE_ACTOR, phase=phase, detail=detail)
+        )
 
     # ---- queries -------------------------------------------------------
 
@@ -383,6 +450,8 @@ def _details_markdown(state: SessionState) -> str:
     waits = {
         "active": "checkpoint evidence from the agent",
         "awaiting_approval": "approval by " + (", ".join(state.allowed_approvers()) or "an approver"),
+        "approval_overdue": "an OVERDUE approval by "
+        + (", ".join(state.allowed_approvers()) or "an approver"),
         "paused": "a person to resume the session",
         "completed": "nothing: all phases are complete",
         "abandoned": "nothing: the session was abandoned",

@@ -1,0 +1,39 @@
+"""Outgoing notifications: a JSON POST to a webhook, retried by Temporal on failure."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from domain.messages import NotifyRequest
+
+__all__ = ["notify_webhook"]
+
+
+@activity.defn(name="notify_webhook")
+def notify_webhook(req: NotifyRequest) -> int:
+    """POST ``req.payload`` as JSON to ``req.url``; returns the HTTP status.
+
+    A non-2xx answer or a network error raises, so the activity's retry policy
+    tries again; a malformed URL fails at once (non-retryable).
+    """
+    if not req.url.startswith(("http://", "https://")):
+        raise ApplicationError(f"not an http(s) URL: {req.url}", type="notify_invalid", non_retryable=True)
+    body = json.dumps(req.payload, default=str).encode()
+    request = urllib.request.Request(
+        req.url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": "phasegate"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - http(s) only
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        raise ApplicationError(f"{req.url} answered HTTP {exc.code}", type="notify_failed") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ApplicationError(f"{req.url} unreachable: {exc}", type="notify_failed") from None

@@ -1,0 +1,490 @@
+"""The ``run_verify_checks`` activity: a gate's ``verify:`` checks, run against the workspace.
+
+Checks come only from the workflow definition (``VerifyRequest.checks``);
+evidence is only ever text substituted into one argv element, path, pattern or
+value (see ``domain/verify.py``). Commands run without a shell, in their own
+process group, which is killed on timeout, on cancellation and when the
+command exits (so no stray children keep running). Every check yields a
+:class:`VerifyResult`; a broken check is a failed result, never an exception.
+The runners work outside an activity too (tests, CLI): heartbeats are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import operator
+import os
+import re
+import select
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from glob import escape as glob_escape
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from domain.errors import GateDefinitionError
+from domain.verify import (
+    CommandCheck,
+    FileContainsCheck,
+    FileExistsCheck,
+    GitChangedCheck,
+    GlobCountCheck,
+    JsonValueCheck,
+    VerifyCheck,
+    VerifyReport,
+    VerifyRequest,
+    VerifyResult,
+    excerpt,
+    parse_checks,
+    render,
+)
+
+__all__ = ["VerifyActivities"]
+
+_HEARTBEAT_SECONDS = 2.0
+_MAX_READ_BYTES = 32 * 1024 * 1024  # file_contains / json_value read at most this much
+_CAPTURE_BYTES = 4 * 1024 * 1024  # command output kept for matching: this much head + tail
+_GIT_TIMEOUT = 120.0
+
+
+class _Failed(Exception):
+    """A check cannot go on; its message becomes the failed result's message."""
+
+
+def _heartbeat(*details: Any) -> None:
+    if activity.in_activity():
+        activity.heartbeat(*details)
+
+
+class VerifyActivities:
+    """Runs ``verify`` checks.
+
+    Args:
+        max_output_chars: Length of the output excerpt kept in each result.
+    """
+
+    def __init__(self, *, max_output_chars: int = 2000) -> None:
+        self.max_output_chars = max_output_chars
+
+    @activity.defn(name="run_verify_checks")
+    def run_verify_checks(self, req: VerifyRequest) -> VerifyReport:
+        """Run every check in order; a failing check does not skip later ones.
+
+        Args:
+            req: The workspace, the raw checks from the gate, the evidence.
+
+        Returns:
+            One result per check, in check order; ``passed`` when all passed.
+
+        Raises:
+            ApplicationError: Non-retryable, type ``verify_invalid``: the checks
+                do not parse or the workspace is not a directory.
+        """
+        try:
+            checks = parse_checks(req.checks, source="run_verify_checks")
+        except GateDefinitionError as exc:
+            raise ApplicationError(
+                str(exc), exc.details(), type="verify_invalid", non_retryable=True
+            ) from None
+        workspace = Path(req.workspace).resolve()
+        if not workspace.is_dir():
+            raise ApplicationError(
+                f"workspace {req.workspace!r} is not a directory",
+                type="verify_invalid",
+                non_retryable=True,
+            )
+        run = _Run(self, req, workspace)
+        results = []
+        for index, check in enumerate(checks):
+            _heartbeat({"check": index, "name": check.name})
+            results.append(run.run(check))
+        return VerifyReport(results=results, passed=all(r.passed for r in results))
+
+
+class _Run:
+    """One request's run: the rendering context plus one runner per kind."""
+
+    def __init__(self, owner: VerifyActivities, req: VerifyRequest, workspace: Path) -> None:
+        self.limit = owner.max_output_chars
+        self.req = req
+        self.workspace = workspace
+        self.session = {"id": req.session_id, "target": req.target}
+
+    def run(self, check: VerifyCheck) -> VerifyResult:
+        runner: Callable[[Any], VerifyResult] = getattr(self, f"_{check.kind}")
+        start = time.monotonic()
+        try:
+            result = runner(check)
+        except _Failed as exc:
+            result = VerifyResult(name=check.name, kind=check.kind, passed=False, message=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a broken check is a failed check
+            message = f"check could not run: {type(exc).__name__}: {exc}"
+            result = VerifyResult(name=check.name, kind=check.kind, passed=False, message=message)
+        elapsed = int((time.monotonic() - start) * 1000)
+        return result.model_copy(update={"duration_ms": elapsed})
+
+    # ---- helpers -------------------------------------------------------
+
+    def text(self, value: str, what: str, quote: Callable[[str], str] | None = None) -> str:
+        out, missing = render(value, self.req.evidence, self.session, quote=quote)
+        if missing:
+            raise _Failed(f"{what} needs {', '.join(missing)}, which is missing or empty")
+        return out
+
+    def value(self, value: Any, what: str) -> Any:
+        if isinstance(value, str):
+            return self.text(value, what)
+        if isinstance(value, list):
+            return [self.value(v, what) for v in value]
+        if isinstance(value, dict):
+            return {k: self.value(v, what) for k, v in value.items()}
+        return value
+
+    def inside(self, rel: str, what: str) -> Path:
+        """``rel`` resolved (symlinks too) under the workspace, or a failure."""
+        try:
+            path = (self.workspace / rel).resolve()
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise _Failed(f"{what} {rel!r} is not a usable path: {exc}") from None
+        if path != self.workspace and self.workspace not in path.parents:
+            raise _Failed(
+                f"{what} {rel!r} resolves to {path}, outside the workspace {self.workspace}; "
+                "use a path inside the workspace"
+            )
+        return path
+
+    def result(self, check: VerifyCheck, passed: bool, message: str, **kw: Any) -> VerifyResult:
+        return VerifyResult(name=check.name, kind=check.kind, passed=passed, message=message, **kw)
+
+    def read(self, check: FileContainsCheck | JsonValueCheck) -> tuple[str, str]:
+        rel = self.text(check.path, "path")
+        path = self.inside(rel, "path")
+        if not path.is_file():
+            state = "is a directory" if path.is_dir() else "does not exist"
+            raise _Failed(f"{rel} {state}; expected a file there")
+        with path.open("rb") as fh:
+            data = fh.read(_MAX_READ_BYTES)
+        return rel, data.decode("utf-8", errors="replace")
+
+    # ---- runners -------------------------------------------------------
+
+    def _command(self, check: CommandCheck) -> VerifyResult:
+        argv = [self.text(arg, f"argv[{i}]") for i, arg in enumerate(check.argv)]
+        pattern = None
+        if check.stdout_pattern is not None:
+            source = self.text(check.stdout_pattern, "stdout_pattern", re.escape)
+            try:
+                pattern = re.compile(source)
+            except re.error as exc:
+                raise _Failed(f"stdout_pattern is not a valid regex: {exc}") from None
+        cwd = self.inside(check.cwd, "cwd")
+        if not cwd.is_dir():
+            raise _Failed(f"cwd {check.cwd!r} is not a directory in the workspace")
+        shown = _clip(shlex.join(argv), 200)
+        output, code, timed_out = _run_process(argv, cwd, check.env, check.timeout_seconds)
+        kept = excerpt(output, self.limit)
+        if timed_out:
+            message = f"`{shown}` timed out after {check.timeout_seconds:g}s and was killed"
+            return self.result(check, False, message, excerpt=kept)
+        if code != check.expect_exit:
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+            message = f"`{shown}` {how}, expected exit code {check.expect_exit}; see the output"
+            return self.result(check, False, message, exit_code=code, excerpt=kept)
+        if pattern is not None and not pattern.search(output):
+            message = f"`{shown}` exited with {code} but its output has no match for "
+            message += f"/{_clip(pattern.pattern, 120)}/"
+            return self.result(check, False, message, exit_code=code, excerpt=kept)
+        message = f"`{shown}` exited with {code}" + (" and its output matched" if pattern else "")
+        return self.result(check, True, message, exit_code=code, excerpt=kept)
+
+    def _file_exists(self, check: FileExistsCheck) -> VerifyResult:
+        rel = self.text(check.path, "path")
+        path = self.inside(rel, "path")
+        if path.is_file():
+            return self.result(check, True, f"{rel} exists")
+        state = "is a directory, not a file" if path.is_dir() else "does not exist"
+        return self.result(check, False, f"{rel} {state}; expected a file there")
+
+    def _glob_count(self, check: GlobCountCheck) -> VerifyResult:
+        pattern = self.text(check.pattern, "pattern", glob_escape)
+        if pattern.startswith(("/", "~")) or ".." in Path(pattern).parts:
+            raise _Failed(f"pattern {pattern!r} leaves the workspace; use a relative pattern")
+        matches, outside, last = [], 0, time.monotonic()
+        try:
+            for found in self.workspace.glob(pattern):
+                if time.monotonic() - last >= _HEARTBEAT_SECONDS:
+                    _heartbeat({"glob": pattern, "matched": len(matches)})
+                    last = time.monotonic()
+                real = found.resolve()
+                if real != self.workspace and self.workspace not in real.parents:
+                    outside += 1
+                elif real.is_file():
+                    matches.append(found.relative_to(self.workspace).as_posix())
+        except (ValueError, NotImplementedError, OSError) as exc:
+            raise _Failed(f"pattern {pattern!r} cannot be used: {exc}") from None
+        low = 1 if check.min is None and check.max is None else check.min
+        wanted = " and ".join(
+            f"{word} {n}"
+            for word, n in (("at least", low), ("at most", check.max))
+            if n is not None
+        )
+        count = len(matches)
+        passed = (low is None or count >= low) and (check.max is None or count <= check.max)
+        message = f"{count} file(s) match {pattern!r}; expected {wanted}"
+        if outside:
+            message += f" ({outside} link(s) pointing outside the workspace not counted)"
+        listing = excerpt("\n".join(sorted(matches)), self.limit)
+        return self.result(check, passed, message, excerpt=listing)
+
+    def _file_contains(self, check: FileContainsCheck) -> VerifyResult:
+        rel, text = self.read(check)
+        source = self.text(check.pattern, "pattern", re.escape)
+        try:
+            match = re.search(source, text, re.MULTILINE)
+        except re.error as exc:
+            raise _Failed(f"pattern is not a valid regex: {exc}") from None
+        if match is None:
+            return self.result(check, False, f"{rel} has no match for /{_clip(source, 120)}/")
+        line = text.count("\n", 0, match.start()) + 1
+        return self.result(check, True, f"{rel} matches /{_clip(source, 120)}/ at line {line}",
+                           excerpt=_clip(match.group(0), self.limit))  # fmt: skip
+
+    def _git_changed(self, check: GitChangedCheck) -> VerifyResult:
+        specs = []
+        for i, raw in enumerate(check.paths):
+            rel = self.text(raw, f"paths[{i}]")
+            path = self.inside(rel, f"paths[{i}]")
+            specs.append(os.path.relpath(path, self.workspace))
+        top = _git(self.workspace, "rev-parse", "--show-toplevel", check=False)
+        if top.returncode != 0:
+            raise _Failed(
+                f"{self.workspace} is not a git repository ({_clip(top.stderr.strip(), 200)}); "
+                "run `git init` there and commit, or remove the git_changed check"
+            )
+        base = self.req.base_commit
+        note = ""
+        if base is None:
+            base = "HEAD"
+            note = " (no base commit recorded: compared against HEAD, so committed work is not counted)"
+        resolved = _git(
+            self.workspace, "rev-parse", "--verify", "-q", f"{base}^{{commit}}", check=False
+        )
+        if resolved.returncode == 0:
+            against = resolved.stdout.strip()
+        elif self.req.base_commit is None:  # a repository without commits yet
+            against = _git(self.workspace, "hash-object", "-t", "tree", "/dev/null").stdout.strip()
+        else:
+            raise _Failed(f"base commit {base!r} is not in the repository at {self.workspace}")
+        changed: set[str] = set()
+        for args in (("diff", "--name-only", "--relative", "-z", against),
+                     ("diff", "--cached", "--name-only", "--relative", "-z", against),
+                     ("ls-files", "--others", "--exclude-standard", "-z")):  # fmt: skip
+            out = _git(self.workspace, *args, "--", *specs).stdout
+            changed.update(name for name in out.split("\0") if name)
+        count = len(changed)
+        where = ", ".join(specs)
+        since = f"since {against[:12]}" if self.req.base_commit else "in the working tree"
+        passed = count >= check.min_files
+        message = f"{count} file(s) changed under {where} {since}; expected at least "
+        message += f"{check.min_files}{note}"
+        return self.result(
+            check, passed, message, excerpt=excerpt("\n".join(sorted(changed)), self.limit)
+        )
+
+    def _json_value(self, check: JsonValueCheck) -> VerifyResult:
+        rel, text = self.read(check)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _Failed(f"{rel} is not valid JSON: {exc}") from None
+        actual = _follow(data, check.field, rel)
+        if check.evidence_field is not None:
+            expected = self.req.evidence.get(check.evidence_field)
+            if expected is None:
+                raise _Failed(f"evidence field {check.evidence_field!r} is missing")
+            what = f"evidence.{check.evidence_field} ({expected!r})"
+        else:
+            expected = self.value(check.value, "value")
+            what = repr(expected)
+        ok = _compare(actual, check.op, expected)
+        if ok is None:
+            raise _Failed(f"{rel} {check.field} = {_clip(repr(actual), 80)} cannot be compared "
+                          f"with {check.op} {what}: not numbers")  # fmt: skip
+        verdict = "satisfied" if ok else "not satisfied"
+        message = f"{rel} {check.field} = {_clip(repr(actual), 80)}; expected {check.op} {what}"
+        return self.result(check, ok, f"{message} ({verdict})")
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _run_process(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> tuple[str, int, bool]:
+    """Run ``argv``; returns (output, exit code, timed out). Raises _Failed if it cannot start."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **env},
+        )
+    except FileNotFoundError:
+        raise _Failed(f"command not found: {argv[0]}") from None
+    except PermissionError:
+        raise _Failed(f"command not executable: {argv[0]}") from None
+    except (OSError, ValueError) as exc:
+        raise _Failed(f"command could not start: {argv[0]}: {exc}") from None
+    assert proc.stdout is not None
+    capture = _Capture()
+    stop = threading.Event()
+    reader = threading.Thread(target=_pump, args=(proc.stdout.fileno(), capture, stop), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    try:
+        while not timed_out:
+            try:
+                proc.wait(timeout=max(0.0, min(deadline - time.monotonic(), _HEARTBEAT_SECONDS)))
+                break
+            except subprocess.TimeoutExpired:
+                timed_out = time.monotonic() >= deadline
+                _heartbeat({"command": argv[0], "output_bytes": capture.size})
+    finally:  # also on cancellation, which Temporal raises into this thread
+        with _shielded():
+            try:  # the whole group: stray children must not outlive the check
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            reader.join(timeout=2)  # EOF comes at once unless a child escaped the group
+            stop.set()
+            reader.join(timeout=1)
+            proc.stdout.close()
+    return capture.text(), proc.returncode, timed_out
+
+
+def _shielded() -> contextlib.AbstractContextManager[None]:
+    """Delay Temporal's thread cancellation until the clean-up is done."""
+    if activity.in_activity():
+        return activity.shield_thread_cancel_exception()
+    return contextlib.nullcontext()
+
+
+def _pump(fd: int, capture: _Capture, stop: threading.Event) -> None:
+    """Read ``fd`` until EOF, or until ``stop`` is set and a poll finds nothing new."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while True:
+        if not poller.poll(200):
+            if stop.is_set():
+                return
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        capture.add(chunk)
+        if not chunk or stop.is_set():
+            return
+
+
+class _Capture:
+    """Output kept for matching: the first and the last ``_CAPTURE_BYTES`` bytes."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.size = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        self.data += chunk
+        if len(self.data) > 2 * _CAPTURE_BYTES:
+            del self.data[_CAPTURE_BYTES : len(self.data) - _CAPTURE_BYTES]
+
+    def text(self) -> str:
+        data = bytes(self.data)
+        if self.size > len(data):
+            mark = f"\n… [{self.size - len(data)} bytes omitted] …\n".encode()
+            data = data[:_CAPTURE_BYTES] + mark + data[_CAPTURE_BYTES:]
+        return data.decode("utf-8", errors="replace")
+
+
+def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        done = subprocess.run(
+            ["git", "--literal-pathspecs", "-c", "core.quotepath=off", *args],
+            check=False,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_GIT_TIMEOUT,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
+        )
+    except FileNotFoundError:
+        raise _Failed("git is not installed on the worker; install git") from None
+    except subprocess.TimeoutExpired:
+        raise _Failed(f"`git {' '.join(args[:2])}` took longer than {_GIT_TIMEOUT:g}s") from None
+    if check and done.returncode != 0:
+        raise _Failed(f"`git {' '.join(args[:2])}` failed: {_clip(done.stderr.strip(), 300)}")
+    return done
+
+
+# --------------------------------------------------------------------------- json
+
+
+def _follow(data: Any, dotted: str, rel: str) -> Any:
+    node = data
+    for depth, part in enumerate(dotted.split(".")):
+        where = ".".join(dotted.split(".")[:depth]) or "the top level"
+        if isinstance(node, dict):
+            if part not in node:
+                keys = ", ".join(map(str, list(node)[:10])) or "none"
+                raise _Failed(f"{rel}: {where} has no key {part!r} (keys: {keys})")
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit():
+            if int(part) >= len(node):
+                raise _Failed(f"{rel}: {where} has {len(node)} item(s), no index {part}")
+            node = node[int(part)]
+        else:
+            kind = type(node).__name__
+            raise _Failed(f"{rel}: cannot look up {part!r} in {where}, which is a {kind}")
+    return node
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            return float(value)
+    return None
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, ">=": operator.ge,
+    ">": operator.gt, "<=": operator.le, "<": operator.lt,
+}  # fmt: skip
+
+
+def _compare(actual: Any, op: str, expected: Any) -> bool | None:
+    """Numbers (and numeric strings) compare numerically; None when it cannot compare."""
+    a, b = _number(actual), _number(expected)
+    if a is not None and b is not None:
+        return _OPS[op](a, b)
+    return _OPS[op](actual, expected) if op in ("==", "!=") else None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,195 @@
+"""Markdown for the MCP server's tool results (pure: models in, text out).
+
+An agent reads this text, so it is short, says what to do next and never
+mentions a phase the session has not reached. The structured content next to
+it carries the full models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from domain.gates import Problem
+    from domain.messages import (
+        CheckpointResult,
+        PhaseContent,
+        PhaseView,
+        SessionView,
+        TaskSummary,
+        TaskView,
+    )
+
+__all__ = [
+    "NO_APPROVAL_TOOL",
+    "approval_line",
+    "render_checkpoint",
+    "render_current",
+    "render_phase",
+    "render_state",
+    "render_task",
+    "render_workflows",
+]
+
+NO_APPROVAL_TOOL = "a person must approve; there is no tool for that"
+_BOX = {"todo": "[ ]", "done": "[x]", "in_progress": "[-]", "skipped": "[~]"}
+
+
+def approval_line(approvers: Sequence[str]) -> str:
+    """``awaiting approval by alice — a person must approve; there is no tool for that``."""
+    return f"awaiting approval by {', '.join(approvers) or 'an approver'} — {NO_APPROVAL_TOOL}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _problem(p: Problem) -> str:
+    extra = [f"{k} {v}" for k, v in (("expected", p.expected), ("got", p.got)) if v]
+    return f"- {p.field}: {p.message}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _tasks(tasks: Sequence[TaskSummary]) -> list[str]:
+    if not tasks:
+        return []
+    lines = ["", "### Tasks (read one with get_task)"]
+    for t in tasks:
+        tid = f" `{t.id}`" if t.id and t.id != str(t.number) else ""
+        opt = " (optional)" if t.optional else ""
+        lines.append(f"- {_BOX.get(t.status, '[?]')} {t.number}.{tid} {t.name}{opt}")
+    return lines
+
+
+def _heading(phase: int, label: str, name: str) -> str:
+    written = f" (spec {label})" if label and label != str(phase) else ""
+    return f"Phase {phase}{written}: {name}"
+
+
+def render_workflows(rows: Sequence[tuple[str, str, str, int | str]]) -> str:
+    """A table of ``(workflow_type, name, description, phases)``."""
+    if not rows:
+        return "No workflows found (add a library folder with PHASEGATE_LIBRARY)."
+    lines = ["| type | name | phases | description |", "|---|---|---|---|"]
+    lines += [f"| `{t}` | {_cell(n)} | {p} | {_cell(d)} |" for t, n, d, p in rows]
+    lines.append("")
+    lines.append("Start one with start_session; 'dynamic' workflows need spec_path.")
+    return "\n".join(lines)
+
+
+def render_phase(view: PhaseView, total: int | None = None) -> str:
+    """One readable phase: content, tasks, gate fields, approval and earlier artifacts."""
+    of = f" (of {total})" if total else ""
+    lines = [f"## {_heading(view.phase, view.label, view.name)}{of} — {view.state}", ""]
+    lines.append(view.content.rstrip())
+    lines += _tasks(view.tasks)
+    gate = view.gate
+    lines += ["", "### Gate: evidence for submit_checkpoint"]
+    if gate.fields:
+        lines += ["| field | type | required | description |", "|---|---|---|---|"]
+        for name, f in gate.fields.items():
+            req = "yes" if f.required else "no"
+            lines.append(f"| `{name}` | {f.type} | {req} | {_cell(f.description)} |")
+        if not gate.strict:
+            lines.append("(not strict: validator failures are warnings)")
+    else:
+        lines.append("No fields required: submit `{}`.")
+    if gate.requires_approval:
+        who = ", ".join(gate.approvers) or "an approver"
+        lines.append(f"After it passes, {who} must approve ({NO_APPROVAL_TOOL}).")
+    if view.artifacts:
+        lines += ["", "### Earlier evidence"]
+        lines += [f"- phase {k}: {', '.join(sorted(a.evidence)) or '(empty)'}"
+                  for k, a in view.artifacts.items()]
+    return "\n".join(lines).rstrip()
+
+
+def render_current(session_id: str, state: SessionView, view: PhaseView | None) -> str:
+    """get_current_phase: where the session is and, unless it is finished, the phase."""
+    head = f"Session `{session_id}` · {state.name or state.workflow_type} · {state.status}"
+    if state.status == "completed":
+        return f"{head}\nAll {state.total_phases} phases are complete; nothing left to do."
+    if state.status == "abandoned":
+        return f"{head}\nThe session was abandoned; start a new one with start_session."
+    lines = [head]
+    if state.status in ("awaiting_approval", "approval_overdue"):
+        lines.append(f"Phase {state.current_phase} passed its checkpoint, "
+                     + approval_line(state.awaiting_approval_from) + ".")
+    elif state.status == "paused":
+        lines.append("The session is paused by a person; submissions are refused until resumed.")
+    if state.feedback:
+        lines.append(f"Reviewer feedback: {state.feedback}")
+    if state.last_problems:
+        lines.append("Problems of the last attempt:")
+        lines += [_problem(p) for p in state.last_problems]
+    if view is not None:
+        lines += ["", render_phase(view, state.total_phases)]
+    return "\n".join(lines)
+
+
+def render_task(view: TaskView) -> str:
+    t = view.task
+    tid = f" `{t.id}`" if t.id and t.id != str(t.number) else ""
+    head = f"## Phase {view.phase} · task {t.number}{tid}: {t.name} {_BOX.get(t.status, '[?]')}"
+    return f"{head}\n\n{view.content.rstrip()}"
+
+
+def _next_phase(p: PhaseContent) -> list[str]:
+    return ["", f"## Now on {_heading(p.phase, p.label, p.name)}", "", p.content.rstrip(),
+            *_tasks(p.tasks), "", "Call get_current_phase for this phase's gate fields."]
+
+
+def render_checkpoint(
+    phase: int, result: CheckpointResult, approvers: Sequence[str] = ()
+) -> str:
+    """Failed: every problem as ``field: message``. Passed: what comes next."""
+    if not result.passed:
+        n = len(result.problems)
+        lines = [f"**Not passed**: phase {phase}, attempt {result.attempt}, "
+                 f"{n} problem{'s' if n != 1 else ''}. Fix each and submit again:"]
+        lines += [_problem(p) for p in result.problems]
+        if result.warnings:
+            lines += ["Warnings:", *(_problem(p) for p in result.warnings)]
+        if result.example_evidence:
+            lines += ["Example evidence:", "```json", result.example_evidence.rstrip(), "```"]
+        return "\n".join(lines)
+    lines = [f"**Passed**: phase {phase}, attempt {result.attempt}."]
+    if result.warnings:
+        lines += ["Warnings:", *(_problem(p) for p in result.warnings)]
+    if result.completed:
+        lines.append("The session is completed: every phase is done.")
+    elif result.awaiting_approval:
+        lines.append(f"Now {approval_line(approvers)}.")
+        lines.append("Check later with get_session_state or get_current_phase.")
+    elif result.next_phase is not None:
+        lines += _next_phase(result.next_phase)
+    return "\n".join(lines).rstrip()
+
+
+def render_state(session_id: str, view: SessionView) -> str:
+    """get_session_state: progress, attempts, problems, approvals."""
+    title = view.name or view.workflow_type
+    lines = [f"Session `{session_id}` · {title} (`{view.workflow_type}`) on {view.target or '-'}"]
+    total = view.total_phases
+    if view.status == "completed":
+        lines.append(f"Status: completed — all {total} phases done.")
+    else:
+        lines.append(f"Status: {view.status} — phase {view.current_phase} of {total} "
+                     f"({view.current_phase_name}), {view.attempts} attempt(s) so far.")
+    if view.status in ("awaiting_approval", "approval_overdue"):
+        lines.append(f"Now {approval_line(view.awaiting_approval_from)}.")
+    if view.completed_phases:
+        done = ", ".join(f"{c.phase} {c.name}" for c in view.completed_phases)
+        lines.append(f"Completed: {done}.")
+    if view.last_problems:
+        lines.append("Problems of the last attempt:")
+        lines += [_problem(p) for p in view.last_problems]
+    if view.feedback:
+        lines.append(f"Reviewer feedback: {view.feedback}")
+    for a in view.approvals[-3:]:
+        verb = "approved" if a.decision == "approve" else "rejected"
+        note = f": {a.comment}" if a.comment else ""
+        lines.append(f"Phase {a.phase} {verb} by {a.approver}{note}.")
+    if view.last_signal_error:
+        lines.append(f"Last signalled checkpoint failed: {view.last_signal_error}")
+    return "\n".join(lines)

@@ -1,0 +1,300 @@
+"""Signed approvals: the canonical message an approver signs, and its verification.
+
+A coding agent can call ``decide_approval`` as easily as a person can, so a
+session may require every decision to carry an Ed25519 signature made with the
+approver's private key (kept by ``client.keys``, outside the agent's reach).
+The workflow holds only public keys (:class:`ApproverKey`) and checks each
+decision with :func:`check_signed_decision` in the update validator.
+
+The signed bytes (:func:`canonical_message`) are::
+
+    b"phasegate-approval-v1\\n" + JSON
+
+where JSON is the UTF-8 encoding of an object with exactly the keys
+``approver``, ``comment_sha256`` (hex SHA-256 of the UTF-8 comment), ``decision``
+(``"approve"`` or ``"reject"``), ``nonce``, ``phase`` (integer) and
+``session_id``, keys sorted, no whitespace, non-ASCII characters written as
+themselves. For these value types that is the RFC 8785 (JCS) form, so a client
+in any language can reproduce it. Keys and signatures travel as standard base64
+without newlines.
+
+This module is imported by workflow code: it does no I/O and reads no clock,
+environment or randomness. Ed25519 verification is deterministic.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from typing import Final
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "DECISIONS",
+    "MESSAGE_PREFIX",
+    "NONCE_PATTERN",
+    "UNSIGNED_REASON",
+    "ApproverKey",
+    "canonical_message",
+    "check_signed_decision",
+    "decode_public_key",
+    "fingerprint",
+    "verify_signature",
+]
+
+MESSAGE_PREFIX: Final = b"phasegate-approval-v1\n"
+DECISIONS: Final = ("approve", "reject")
+NONCE_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{16,64}")
+
+_PUBLIC_KEY_BYTES = 32
+_SIGNATURE_BYTES = 64
+# Longest base64 text worth decoding; anything longer cannot be a key or signature.
+_MAX_B64_CHARS = 128
+
+UNSIGNED_REASON: Final = (
+    "decision is not signed; this session requires signed approvals "
+    "(phasegate approve signs with your key: phasegate keys new NAME)"
+)
+
+
+def _b64decode_strict(text: str) -> bytes | None:
+    """Decode standard base64 strictly: no whitespace, no URL-safe alphabet, padded.
+
+    Returns ``None`` for anything that is not exactly that.
+    """
+    if not isinstance(text, str) or len(text) > _MAX_B64_CHARS:
+        return None
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return None
+    # Refuse non-canonical spellings (stray padding bits) so one key has one text.
+    if base64.b64encode(raw).decode("ascii") != text:
+        return None
+    return raw
+
+
+def decode_public_key(public_key: str) -> bytes:
+    """Decode and check an approver's public key.
+
+    Args:
+        public_key: Standard base64 (no newlines) of the 32-byte raw Ed25519 key.
+
+    Returns:
+        The 32 raw key bytes.
+
+    Raises:
+        ValueError: If the text is not canonical base64 of exactly 32 bytes.
+    """
+    raw = _b64decode_strict(public_key)
+    if raw is None:
+        raise ValueError(
+            "public_key must be standard base64 (no newlines or spaces) of a raw Ed25519 "
+            "public key, e.g. the contents of ~/.config/phasegate/keys/NAME.pub"
+        )
+    if len(raw) != _PUBLIC_KEY_BYTES:
+        raise ValueError(
+            f"public_key must decode to {_PUBLIC_KEY_BYTES} bytes (a raw Ed25519 public key), "
+            f"got {len(raw)} bytes"
+        )
+    return raw
+
+
+class ApproverKey(BaseModel):
+    """An approver's name and Ed25519 public key, as a session stores it.
+
+    The name is the ``approver`` a signed decision is made by; the public key is
+    standard base64 (no newlines) of the 32-byte raw key. Invalid keys are
+    rejected on construction.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, description="The approver's name.")
+    public_key: str = Field(
+        description="Standard base64 (no newlines) of the 32-byte raw Ed25519 public key."
+    )
+
+    @field_validator("public_key")
+    @classmethod
+    def _check_public_key(cls, value: str) -> str:
+        decode_public_key(value)
+        return value
+
+
+def _check_decision(decision: str) -> None:
+    if decision not in DECISIONS:
+        raise ValueError(f"decision must be 'approve' or 'reject', got {decision!r}")
+
+
+def canonical_message(
+    *,
+    session_id: str,
+    phase: int,
+    decision: str,
+    nonce: str,
+    approver: str,
+    comment: str = "",
+) -> bytes:
+    """The exact bytes an approver signs for one decision (see the module docstring).
+
+    Args:
+        session_id: The session's workflow id.
+        phase: The phase number being decided.
+        decision: ``"approve"`` or ``"reject"``.
+        nonce: A fresh random token; a session accepts each nonce once.
+        approver: The approver's name (the name of their key).
+        comment: The decision's comment; only its SHA-256 is embedded, which still
+            binds it.
+
+    Returns:
+        ``MESSAGE_PREFIX`` followed by the canonical JSON, UTF-8 encoded.
+
+    Raises:
+        ValueError: If ``decision`` is not ``"approve"``/``"reject"``, or a text field
+            cannot be encoded as UTF-8 (lone surrogates).
+        TypeError: If ``phase`` is not an integer or a text field is not a string.
+    """
+    _check_decision(decision)
+    if isinstance(phase, bool) or not isinstance(phase, int):
+        raise TypeError(f"phase must be an integer, got {phase!r}")
+    for field, value in (
+        ("session_id", session_id),
+        ("nonce", nonce),
+        ("approver", approver),
+        ("comment", comment),
+    ):
+        if not isinstance(value, str):
+            raise TypeError(f"{field} must be a string, got {type(value).__name__}")
+    try:
+        comment_sha256 = hashlib.sha256(comment.encode("utf-8")).hexdigest()
+        body = json.dumps(
+            {
+                "approver": approver,
+                "comment_sha256": comment_sha256,
+                "decision": decision,
+                "nonce": nonce,
+                "phase": phase,
+                "session_id": session_id,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"approval fields must be valid Unicode text: {err}") from None
+    return MESSAGE_PREFIX + body
+
+
+def verify_signature(*, key: ApproverKey, message: bytes, signature: str) -> bool:
+    """Whether ``signature`` is ``key``'s Ed25519 signature of ``message``.
+
+    Never raises: a malformed key, message or signature is simply ``False``.
+
+    Args:
+        key: The approver's public key.
+        message: The signed bytes, normally from :func:`canonical_message`.
+        signature: Standard base64 of the 64-byte signature.
+
+    Returns:
+        ``True`` only for a valid signature.
+    """
+    try:
+        if not isinstance(message, bytes):
+            return False
+        raw_signature = _b64decode_strict(signature)
+        if raw_signature is None or len(raw_signature) != _SIGNATURE_BYTES:
+            return False
+        public = Ed25519PublicKey.from_public_bytes(decode_public_key(key.public_key))
+        public.verify(raw_signature, message)
+    except InvalidSignature:
+        return False
+    except Exception:  # noqa: BLE001 - a validator must never raise, whatever it is handed
+        return False
+    return True
+
+
+def fingerprint(public_key: str) -> str:
+    """A short, stable identifier of a public key, for display and logs.
+
+    Args:
+        public_key: Standard base64 of the 32-byte raw Ed25519 key.
+
+    Returns:
+        ``"ed25519:"`` followed by the first 16 hex digits of SHA-256 of the raw key.
+
+    Raises:
+        ValueError: If ``public_key`` is not a valid key.
+    """
+    raw = decode_public_key(public_key)
+    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+def check_signed_decision(
+    *,
+    keys: list[ApproverKey],
+    session_id: str,
+    phase: int,
+    decision: str,
+    approver: str,
+    comment: str,
+    nonce: str | None,
+    signature: str | None,
+    used_nonces: set[str] | frozenset[str],
+) -> str | None:
+    """Check one signed approval decision; never raises.
+
+    The approver may have several keys (rotation): a signature by any key named
+    ``approver`` is accepted. Checks run in this order, and the first failure is
+    reported: signed at all, nonce format, approver known, decision valid,
+    signature, nonce unused.
+
+    Args:
+        keys: The public keys the session trusts.
+        session_id: The session's workflow id.
+        phase: The phase being decided.
+        decision: ``"approve"`` or ``"reject"``.
+        approver: Who the decision claims to be from.
+        comment: The decision's comment (bound by the signature).
+        nonce: The nonce the approver signed.
+        signature: Standard base64 of the Ed25519 signature.
+        used_nonces: Nonces this session has already accepted.
+
+    Returns:
+        ``None`` when the decision is authentic and fresh, else the reason it is not.
+    """
+    if not signature:
+        return UNSIGNED_REASON
+    if not isinstance(nonce, str) or NONCE_PATTERN.fullmatch(nonce) is None:
+        return "nonce missing or malformed (expected 16-64 characters of A-Z a-z 0-9 _ -)"
+    candidates = [key for key in keys if key.name == approver]
+    if not candidates:
+        return f"unknown approver key {approver!r}"
+    if decision not in DECISIONS:
+        return f"decision must be 'approve' or 'reject', got {decision!r}"
+    try:
+        message = canonical_message(
+            session_id=session_id,
+            phase=phase,
+            decision=decision,
+            nonce=nonce,
+            approver=approver,
+            comment=comment,
+        )
+    except (ValueError, TypeError):
+        message = None
+    if message is None or not any(
+        verify_signature(key=key, message=message, signature=signature) for key in candidates
+    ):
+        return (
+            f"signature does not match approver {approver!r} for session {session_id} phase {phase}"
+        )
+    if nonce in used_nonces:
+        return "nonce already used"
+    return None

@@ -1,0 +1,416 @@
+"""``verify`` checks: evidence checked against the real workspace.
+
+A gate's ``verify:`` list names checks an activity runs after the evidence
+passes the schema (``activities/verify.py``), so an agent cannot claim "tests
+pass" when they do not. This module holds the models and the pure helpers:
+:func:`parse_checks` validates a gate's list at load time, :func:`render`
+fills the restricted templates, :func:`excerpt` trims captured output.
+
+Templates: ``{{ evidence.<field> }}``, ``{{ session.id }}`` and
+``{{ session.target }}`` are the only references allowed, and only in the
+fields listed in :data:`TEMPLATED_FIELDS`. A value is substituted as text into
+the one string it appears in: an argv element stays one argument (no shell),
+and inside a regex or glob the value is escaped, so it matches literally.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from domain.errors import GateDefinitionError
+
+__all__ = [
+    "CHECK_MODELS",
+    "TEMPLATED_FIELDS",
+    "CommandCheck",
+    "FileContainsCheck",
+    "FileExistsCheck",
+    "GitChangedCheck",
+    "GlobCountCheck",
+    "JsonValueCheck",
+    "VerifyCheck",
+    "VerifyReport",
+    "VerifyRequest",
+    "VerifyResult",
+    "excerpt",
+    "parse_checks",
+    "render",
+    "template_refs",
+]
+
+CompareOp = Literal["==", "!=", ">=", ">", "<=", "<"]
+
+
+def _regex(value: str) -> str:
+    """Compile-check a regex unless it holds a template (checked after rendering)."""
+    if "{{" not in value:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression: {exc}") from None
+    return value
+
+
+Regex = Annotated[str, AfterValidator(_regex)]
+
+
+class _Check(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="Shown in results; defaults to '<kind>_<n>'.")
+
+
+class CommandCheck(_Check):
+    """Run a program (argv list, never a shell) and check its exit code and output."""
+
+    kind: Literal["command"]
+    argv: list[str] = Field(min_length=1, description="Program and arguments; templated.")
+    cwd: str = Field(".", description="Working directory, relative to the workspace.")
+    timeout_seconds: float = Field(300, gt=0, le=3600, allow_inf_nan=False)
+    expect_exit: int = 0
+    stdout_pattern: Regex | None = Field(
+        None, description="Regex that stdout+stderr must contain (re.search); templated."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Added to the worker's env.")
+
+    @field_validator("argv")
+    @classmethod
+    def _program(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the program (argv[0]) is empty")
+        return value
+
+
+class FileExistsCheck(_Check):
+    """A file exists at ``path`` (relative to the workspace)."""
+
+    kind: Literal["file_exists"]
+    path: str = Field(min_length=1)
+
+
+class GlobCountCheck(_Check):
+    """The number of files matching a glob lies within ``min``..``max``.
+
+    With neither bound given, at least one file must match.
+    """
+
+    kind: Literal["glob_count"]
+    pattern: str = Field(min_length=1, description="pathlib glob, relative to the workspace.")
+    min: int | None = Field(None, ge=0)
+    max: int | None = Field(None, ge=0)
+
+
+class FileContainsCheck(_Check):
+    """A file's text contains a regex match (re.search)."""
+
+    kind: Literal["file_contains"]
+    path: str = Field(min_length=1)
+    pattern: Regex = Field(min_length=1)
+
+
+class GitChangedCheck(_Check):
+    """At least ``min_files`` files changed under ``paths`` since the session began."""
+
+    kind: Literal["git_changed"]
+    paths: list[str] = Field(default_factory=lambda: ["."], min_length=1)
+    min_files: int = Field(1, ge=0)
+
+
+class JsonValueCheck(_Check):
+    """A value in a JSON file compares with ``op`` to ``value`` or to an evidence field."""
+
+    kind: Literal["json_value"]
+    path: str = Field(min_length=1)
+    field: str = Field(min_length=1, description="Dotted path; list indexes as digits.")
+    op: CompareOp = "=="
+    value: Any = None
+    evidence_field: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+VerifyCheck = Annotated[
+    CommandCheck
+    | FileExistsCheck
+    | GlobCountCheck
+    | FileContainsCheck
+    | GitChangedCheck
+    | JsonValueCheck,
+    Field(discriminator="kind"),
+]
+
+CHECK_MODELS: dict[str, type[_Check]] = {
+    "command": CommandCheck,
+    "file_exists": FileExistsCheck,
+    "glob_count": GlobCountCheck,
+    "file_contains": FileContainsCheck,
+    "git_changed": GitChangedCheck,
+    "json_value": JsonValueCheck,
+}
+
+#: Per kind, the fields whose strings may hold ``{{ ... }}`` references.
+TEMPLATED_FIELDS: dict[str, tuple[str, ...]] = {
+    "command": ("argv", "stdout_pattern"),
+    "file_exists": ("path",),
+    "glob_count": ("pattern",),
+    "file_contains": ("path", "pattern"),
+    "git_changed": ("paths",),
+    "json_value": ("path", "value"),
+}
+
+
+class VerifyResult(BaseModel):
+    """The outcome of one check."""
+
+    name: str
+    kind: str
+    passed: bool
+    message: str = Field(description="What was expected and what happened.")
+    exit_code: int | None = None
+    excerpt: str = Field("", description="Captured output (head and tail), or matched files.")
+    duration_ms: int = 0
+
+
+class VerifyRequest(BaseModel):
+    """Input of the ``run_verify_checks`` activity."""
+
+    workspace: str = Field(description="The directory the checks run against.")
+    checks: list[dict[str, Any]] = Field(description="Raw checks, as in the gate's verify:.")
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    base_commit: str | None = Field(None, description="git HEAD when the session started.")
+    session_id: str = ""
+    target: str = Field("", description="The session's target, for {{ session.target }}.")
+
+
+class VerifyReport(BaseModel):
+    """Output of ``run_verify_checks``: one result per check, in check order."""
+
+    results: list[VerifyResult] = Field(default_factory=list)
+    passed: bool = Field(description="True when every check passed.")
+
+
+# --------------------------------------------------------------------------- templates
+
+_TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+_REFERENCE = re.compile(r"^\s*(evidence\.[A-Za-z][A-Za-z0-9_]*|session\.(?:id|target))\s*$")
+_TEMPLATE_HINT = "use {{ evidence.<field> }}, {{ session.id }} or {{ session.target }}"
+
+
+def template_refs(text: str) -> list[str]:
+    """The references in ``text``, e.g. ``["evidence.coverage"]``.
+
+    Args:
+        text: A string from a check.
+
+    Returns:
+        The references in order of appearance.
+
+    Raises:
+        ValueError: A ``{{ ... }}`` holds anything but an allowed reference, or
+            the text has ``{%``/``{#`` blocks or an unclosed ``{{``.
+    """
+    refs = []
+    for match in _TEMPLATE.finditer(text):
+        ref = _REFERENCE.match(match.group(1))
+        if ref is None:
+            raise ValueError(f"unsupported template reference {match.group(0)!r}")
+        refs.append(ref.group(1))
+    rest = _TEMPLATE.sub("", text)
+    for token in ("{{", "}}", "{%", "{#"):
+        if token in rest:
+            raise ValueError(f"unsupported template syntax {token!r} (only {{{{ ... }}}})")
+    return refs
+
+
+def render(
+    text: str,
+    evidence: Mapping[str, Any],
+    session: Mapping[str, str],
+    *,
+    quote: Callable[[str], str] | None = None,
+) -> tuple[str, list[str]]:
+    """Fill the references in ``text`` (already checked by :func:`parse_checks`).
+
+    Args:
+        text: A templated string from a check.
+        evidence: The submitted evidence.
+        session: ``{"id": ..., "target": ...}``.
+        quote: Applied to each substituted value (``re.escape`` for a regex).
+
+    Returns:
+        The text, and the references that had no value (missing, null or
+        empty); when that list is not empty the text must not be used.
+    """
+    missing: list[str] = []
+
+    def fill(match: re.Match[str]) -> str:
+        ref = _REFERENCE.match(match.group(1))
+        if ref is None:  # not validated: leave it, report it
+            missing.append(match.group(0))
+            return match.group(0)
+        scope, _, name = ref.group(1).partition(".")
+        value = (evidence if scope == "evidence" else session).get(name)
+        if value is None or value == "":
+            missing.append(ref.group(1))
+            return ""
+        text_value = value if isinstance(value, str) else json.dumps(value)
+        return quote(text_value) if quote else text_value
+
+    return _TEMPLATE.sub(fill, text), missing
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_checks(
+    raw: list[dict[str, Any]],
+    *,
+    source: str,
+    known_fields: Iterable[str] | None = None,
+) -> list[VerifyCheck]:
+    """Validate a gate's ``verify:`` list.
+
+    Args:
+        raw: The list as loaded from YAML.
+        source: Where it came from (the gate file), for error messages.
+        known_fields: When given, the evidence fields the gate declares;
+            references to other fields are errors.
+
+    Returns:
+        One model per check; a missing ``name`` becomes ``"<kind>_<n>"`` (n from 1).
+
+    Raises:
+        GateDefinitionError: The list or a check is malformed, a kind is
+            unknown, a template reference is not allowed, or two checks share a
+            name. ``where`` is ``"<source>: verify[<i>].<field>"``.
+    """
+    if not isinstance(raw, list):
+        raise _error(source, "verify", f"expected a list of checks, got {type(raw).__name__}",
+                     "each check is a mapping with a kind: key")  # fmt: skip
+    known = None if known_fields is None else set(known_fields)
+    checks: list[VerifyCheck] = []
+    names: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        path = f"verify[{i}]"
+        if not isinstance(item, dict):
+            hint = "e.g. {kind: command, argv: [pytest, -q]}"
+            raise _error(source, path, f"expected a mapping, got {type(item).__name__}", hint)
+        kind = item.get("kind")
+        model = CHECK_MODELS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            kinds = list(CHECK_MODELS)
+            close = difflib.get_close_matches(str(kind), kinds, n=1)
+            message = "missing required key 'kind'" if kind is None else f"unknown kind {kind!r}"
+            hint = f"did you mean '{close[0]}'?" if close else f"known kinds: {', '.join(kinds)}"
+            raise _error(source, f"{path}.kind", message, hint)
+        check = _validated(model, {"name": f"{kind}_{i + 1}", **item}, source, path)
+        _check_templates(check, source, path, known)
+        if check.name in names:
+            hint = f"give each check a unique name: (verify[{names[check.name]}] has it)"
+            raise _error(source, f"{path}.name", f"duplicate check name {check.name!r}", hint)
+        names[check.name] = i
+        checks.append(check)  # type: ignore[arg-type]
+    return checks
+
+
+def _error(source: str, path: str, message: str, hint: str | None = None) -> GateDefinitionError:
+    return GateDefinitionError(message, where=f"{source}: {path}", hint=hint)
+
+
+def _validated(model: type[_Check], item: dict[str, Any], source: str, path: str) -> _Check:
+    try:
+        return model.model_validate(item, strict=True)
+    except ValidationError as exc:
+        err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        hint = None
+        if err["type"] == "extra_forbidden":
+            known = [k for k in model.model_fields if k != "kind"]
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            message = f"unknown key {err['loc'][-1]!r} for a {item['kind']} check"
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+        elif err["type"] == "missing":
+            message = f"missing required key {err['loc'][-1]!r}"
+        else:
+            message += f" (got {_short(err['input'])})"
+            if err["loc"][:1] == ("argv",):
+                hint = "argv is a list, one item per argument: [python, -m, pytest, -q]"
+        raise _error(source, path + loc, message, hint) from None
+
+
+def _check_templates(check: _Check, source: str, path: str, known: set[str] | None) -> None:
+    templated = TEMPLATED_FIELDS[check.kind]  # type: ignore[attr-defined]
+    for key, value in check:
+        for where, text in _strings(value, f"{path}.{key}"):
+            if "{" not in text and "}" not in text:
+                continue
+            if key not in templated:
+                if "{{" in text or "{%" in text:
+                    hint = f"templates are allowed in: {', '.join(templated)}"
+                    raise _error(source, where, f"templates are not allowed in {key}", hint)
+                continue
+            try:
+                refs = template_refs(text)
+            except ValueError as exc:
+                raise _error(source, where, str(exc), _TEMPLATE_HINT) from None
+            for ref in refs:
+                field = ref.removeprefix("evidence.")
+                if known is not None and ref.startswith("evidence.") and field not in known:
+                    hint = f"declare it under evidence_schema (have: {', '.join(sorted(known))})"
+                    raise _error(source, where, f"unknown evidence field {field!r}", hint)
+    evidence_field = getattr(check, "evidence_field", None)
+    if evidence_field is not None:
+        if getattr(check, "value", None) is not None:
+            hint = "remove value:, or remove evidence_field:"
+            raise _error(source, f"{path}.value", "give value or evidence_field, not both", hint)
+        if known is not None and evidence_field not in known:
+            hint = f"declare it under evidence_schema (have: {', '.join(sorted(known))})"
+            raise _error(source, f"{path}.evidence_field",
+                         f"unknown evidence field {evidence_field!r}", hint)  # fmt: skip
+    low, high = getattr(check, "min", None), getattr(check, "max", None)
+    if low is not None and high is not None and low > high:
+        raise _error(source, f"{path}.min", f"min ({low}) is greater than max ({high})")
+
+
+def _strings(value: Any, where: str) -> Iterable[tuple[str, str]]:
+    """Every string inside ``value`` (nested lists/dicts), with its path."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key, f"{where}.{key}")
+            yield from _strings(item, f"{where}.{key}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def excerpt(text: str, limit: int = 2000) -> str:
+    """``text`` cut to about ``limit`` characters, keeping the head and (more of) the tail.
+
+    Args:
+        text: Captured output.
+        limit: Characters to keep; the tail gets 60 %, where failures are summarised.
+
+    Returns:
+        The text unchanged if short enough, else head + an omission marker + tail.
+    """
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 5
+    tail = limit - head
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n… [{omitted} characters omitted] …\n{text[-tail:]}"

@@ -1,0 +1,270 @@
+"""The MCP server through a real MCP client from the SDK: the server runs as a subprocess
+(stdio, and once over streamable HTTP) against the shared dev server and an in-process
+worker, exactly as Claude Code, Cursor or Codex would start it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.types import CallToolResult
+
+from client.api import PhasegateClient
+from client.mcp_server import TOOL_NAMES
+from domain.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+LIBRARY = REPO / "tests" / "fixtures" / "library"
+SECRET = "SECRET-FUTURE-CONTENT"
+GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
+TOKEN_BUDGET = 2000
+
+
+def _server_env(address: str, settings: Settings) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": address,
+        "PHASEGATE_TASK_QUEUE": settings.task_queue,
+        "PHASEGATE_LIBRARY": str(LIBRARY),
+        "PHASEGATE_HOME": settings.home,
+    }
+
+
+def _address(env: Any) -> str:
+    return env.client.service_client.config.target_host
+
+
+@contextlib.asynccontextmanager
+async def _stdio(server_env: dict[str, str]) -> AsyncIterator[Client]:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "client.mcp_server"], env=server_env, cwd=str(REPO)
+    )
+    async with Client(params, read_timeout_seconds=60) as client:
+        yield client
+
+
+def _text(result: CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+async def _call(client: Client, name: str, args: dict[str, Any]) -> CallToolResult:
+    return await client.call_tool(name, args)
+
+
+async def _ok(client: Client, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    result = await _call(client, name, args)
+    assert not result.is_error, _text(result)
+    assert result.structured_content is not None
+    return _text(result), result.structured_content
+
+
+async def _err(client: Client, name: str, args: dict[str, Any]) -> str:
+    result = await _call(client, name, args)
+    assert result.is_error, _text(result)
+    return _text(result)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_six_small_tools_and_no_way_to_approve(env, settings_for, tmp_path):
+    settings = settings_for(LIBRARY)
+    async with _stdio(_server_env(_address(env), settings)) as client:
+        listed = await client.list_tools()
+        names = [t.name for t in listed.tools]
+        assert sorted(names) == sorted(TOOL_NAMES) and len(names) == 6
+        for forbidden in ("approv", "decide", "control", "reject", "pause", "abandon"):
+            assert not any(forbidden in n for n in names)
+        # What the server sends for tools/list: descriptions + input schemas, ~4 chars a token.
+        wire = json.dumps(
+            [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]
+        )
+        assert len(wire) / 4 < TOKEN_BUDGET, f"tools/list is ~{len(wire) // 4} tokens"
+        assert all(t.description and len(t.description) < 250 for t in listed.tools)
+
+        text, data = await _ok(client, "list_workflows", {})
+        by_type = {w["workflow_type"]: w for w in data["workflows"]}
+        assert by_type["mini_v1"]["phases"] == 3 and by_type["dyn_v1"]["phases"] == "dynamic"
+        assert "| `mini_v1` | Mini test workflow | 3 |" in text
+
+        with contextlib.suppress(MCPError):  # either a protocol error or a tool error
+            result = await client.call_tool(
+                "decide_approval", {"session_id": "x", "phase": 1, "decision": "approve"}
+            )
+            assert result.is_error
+
+
+async def test_whole_session_through_mcp(env, settings_for, run_worker, tmp_path):
+    settings = settings_for(LIBRARY)
+    pg = PhasegateClient(env.client, settings.task_queue)
+    seen: list[str] = []  # everything the agent saw before phase 2 was reached
+
+    async def ok(name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        text, data = await _ok(client, name, args)
+        seen.append(text + json.dumps(data))
+        return text, data
+
+    async with run_worker(settings), _stdio(_server_env(_address(env), settings)) as client:
+        text, data = await ok("start_session", {"workflow_type": "mini_v1", "target": str(tmp_path)})
+        sid = data["session_id"]
+        assert f"`{sid}`" in text and data["session"]["total_phases"] == 3
+
+        text, data = await ok("get_current_phase", {"session_id": sid})
+        assert data["status"] == "active" and data["phase"]["phase"] == 0
+        assert str(tmp_path) in text and "Read the code" in text and "Write notes" in text
+        assert "| `modules_found` | integer | yes | How many modules |" in text
+        assert data["phase"]["gate"]["fields"]["summary"]["required"] is True
+
+        text, data = await ok("get_task", {"session_id": sid, "phase": 0, "task": 1})
+        assert "Read the code" in text and data["task"]["number"] == 1
+
+        for phase in (1, 2):  # future phases are refused, without their content
+            refusal = await _err(client, "get_task", {"session_id": sid, "phase": phase, "task": "1"})
+            assert "phase_sequence_violation" in refusal and "not available" in refusal
+            seen.append(refusal)
+
+        # A failed gate lists each problem as "field: message".
+        text, data = await ok(
+            "submit_checkpoint", {"session_id": sid, "phase": 0, "evidence": {"modules_found": 0}}
+        )
+        assert not data["passed"] and "Not passed" in text
+        assert "- modules_found: " in text and "- summary: " in text
+
+        args = {"session_id": sid, "phase": 0, "evidence": GOOD_0, "submission_id": "s-1"}
+        text, data = await ok("submit_checkpoint", args)
+        assert data["passed"] and data["current_phase"] == 1
+        assert "## Now on Phase 1: Plan" in text and "alice" in text
+        _, again = await ok("submit_checkpoint", args)  # a repeat returns the first result
+        assert again == data
+
+        text, data = await ok(
+            "submit_checkpoint", {"session_id": sid, "phase": 1, "evidence": {"plan": "do it well"}}
+        )
+        assert data["passed"] and data["awaiting_approval"]
+        assert data["awaiting_approval_from"] == ["alice"]
+        assert "awaiting approval by alice — a person must approve; there is no tool for that" in text
+        text, data = await ok("get_session_state", {"session_id": sid})
+        assert data["status"] == "awaiting_approval" and "awaiting approval by alice" in text
+        text, data = await ok("get_current_phase", {"session_id": sid})
+        assert "there is no tool for that" in text
+        assert not any(SECRET in s for s in seen)
+
+        # The person approves outside MCP, as `phasegate approve` would.
+        await pg.decide(sid, approver="alice", decision="approve", comment="ok")
+
+        text, data = await ok("get_current_phase", {"session_id": sid})
+        assert data["phase"]["phase"] == 2 and SECRET in text
+        assert "phase 0: modules_found, summary" in text  # earlier evidence is listed
+        text, data = await ok(
+            "submit_checkpoint",
+            {"session_id": sid, "phase": 2, "evidence": {"tests_run": 3, "tests_passed": 3}},
+        )
+        assert data["passed"] and data["completed"] and "completed" in text
+        text, data = await ok("get_session_state", {"session_id": sid})
+        assert data["status"] == "completed" and "all 3 phases done" in text
+        text, data = await ok("get_current_phase", {"session_id": sid})
+        assert data["phase"] is None and "complete" in text
+    assert (await pg.result(sid)).completed_phases == [0, 1, 2]
+
+
+async def test_bad_inputs_are_tool_errors(env, settings_for, run_worker, tmp_path):
+    settings = settings_for(LIBRARY)
+    pg = PhasegateClient(env.client, settings.task_queue)
+    async with run_worker(settings), _stdio(_server_env(_address(env), settings)) as client:
+        sid = await pg.start("mini_v1", str(tmp_path))
+        submit = {"session_id": sid, "phase": 0}
+
+        big = {"blob": "x" * (1024 * 1024 + 1)}
+        text = await _err(client, "submit_checkpoint", {**submit, "evidence": big})
+        assert "payload_too_large" in text and "1 MiB" in text and "not sent" in text
+
+        assert "dict" in await _err(client, "submit_checkpoint", {**submit, "evidence": "all done"})
+        assert "dict" in await _err(client, "submit_checkpoint", {**submit, "evidence": "[1, 2]"})
+        text = await _err(client, "submit_checkpoint", {**submit, "phase": -1, "evidence": GOOD_0})
+        assert "greater than or equal to 0" in text
+        text = await _err(client, "submit_checkpoint", {"session_id": sid})
+        assert "phase" in text and "evidence" in text and "required" in text.lower()
+        text = await _err(client, "get_task", {"session_id": sid, "phase": 0})
+        assert "task" in text
+        assert "at least 1" in await _err(client, "get_session_state", {"session_id": "  "})
+        assert "at most 200" in await _err(client, "get_session_state", {"session_id": "s" * 201})
+        text = await _err(client, "get_session_state", {"session_id": "no-such-session"})
+        assert "session_not_found" in text and "no-such-session" in text
+        text = await _err(client, "submit_checkpoint", {**submit, "phase": 2, "evidence": GOOD_0})
+        assert "phase_sequence_violation" in text and SECRET not in text
+        text = await _err(client, "get_task", {"session_id": sid, "phase": 0, "task": "9"})
+        assert "no task '9'" in text
+        text = await _err(client, "start_session", {"workflow_type": "nope_v9", "target": ""})
+        assert "workflow_not_found" in text and "mini_v1" in text
+
+        # Nothing reached the session, and the server still answers.
+        _, data = await _ok(client, "get_session_state", {"session_id": sid})
+        assert data["status"] == "active" and data["attempts"] == 0
+        _, data = await _ok(client, "submit_checkpoint", {**submit, "evidence": GOOD_0})
+        assert data["passed"]
+
+
+async def test_unreachable_temporal_is_a_tool_error(settings_for):
+    settings = settings_for(LIBRARY)
+    port = _free_port()  # nothing listens there
+    async with _stdio(_server_env(f"127.0.0.1:{port}", settings)) as client:
+        text, _ = await _ok(client, "list_workflows", {})  # needs no Temporal
+        assert "mini_v1" in text
+        text = await _err(client, "get_session_state", {"session_id": "any"})
+        assert f"cannot reach Temporal at 127.0.0.1:{port}" in text
+        assert "start it with `phasegate server`" in text
+
+
+async def test_streamable_http(env, settings_for, run_worker, tmp_path):
+    settings = settings_for(LIBRARY)
+    pg = PhasegateClient(env.client, settings.task_queue)
+    port = _free_port()
+    log = (tmp_path / "mcp-http.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "client.mcp_server", "--http", str(port),
+        env={**os.environ, **_server_env(_address(env), settings)},
+        cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+    )
+    try:
+        async with run_worker(settings):
+            sid = await pg.start("mini_v1", str(tmp_path))
+            for _ in range(300):
+                with contextlib.suppress(OSError):
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                assert proc.returncode is None, (tmp_path / "mcp-http.log").read_text()
+                await asyncio.sleep(0.05)
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                listed = await client.list_tools()
+                assert sorted(t.name for t in listed.tools) == sorted(TOOL_NAMES)
+                text, data = await _ok(client, "get_session_state", {"session_id": sid})
+                assert data["status"] == "active" and data["current_phase"] == 0
+                assert "mini_v1" in text
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        log.close()
+
+
+@pytest.mark.parametrize("argv", [["--http", "0"], ["--http", "x"]])
+def test_bad_port_is_a_usage_error(argv):
+    from client.mcp_server import main
+
+    assert main(argv) == 2
