@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import signal
+import sys
 from collections.abc import Sequence
 
 from temporalio.client import Client
@@ -18,12 +20,25 @@ from temporalio.worker import Worker
 
 from activities import DefinitionActivities
 from activities.notify import notify_webhook
+from activities.rag import RagActivities
+from activities.verify import VerifyActivities
+from domain.rag import RetrievalQuery, RetrievedChunk
 from domain.settings import Settings
 from workflows import GatedSession
 
 __all__ = ["WORKFLOWS", "build_worker", "run_worker", "main"]
 
 WORKFLOWS: Sequence[type] = (GatedSession,)
+
+
+class _LazyRetriever:
+    """The RAG activities' index used directly by the render activity (same process)."""
+
+    def __init__(self, rag: RagActivities) -> None:
+        self._rag = rag
+
+    def search(self, q: RetrievalQuery) -> list[RetrievedChunk]:
+        return self._rag.retrieve_context(q)
 
 
 def build_worker(
@@ -33,12 +48,26 @@ def build_worker(
     executor: concurrent.futures.Executor,
 ) -> Worker:
     """A worker for ``settings.task_queue`` with every phasegate workflow and activity."""
-    definitions = DefinitionActivities(settings.library_paths, settings.home)
+    rag = RagActivities(settings.rag_db, settings.library_paths, settings.standards_dirs)
+    definitions = DefinitionActivities(
+        settings.library_paths,
+        settings.home,
+        retriever=_LazyRetriever(rag),
+        context_tokens=settings.context_tokens,
+        context_k=settings.context_k,
+    )
+    verify = VerifyActivities()
     return Worker(
         client,
         task_queue=settings.task_queue,
         workflows=list(WORKFLOWS),
-        activities=[definitions.load_session, definitions.render_phase, notify_webhook],
+        activities=[
+            definitions.load_session,
+            definitions.render_phase,
+            verify.run_verify_checks,
+            rag.retrieve_context,
+            notify_webhook,
+        ],
         activity_executor=executor,
     )
 
@@ -74,6 +103,12 @@ async def run_worker(settings: Settings | None = None) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     asyncio.run(run_worker())
+    # The worker has drained and shut down. Skip interpreter finalisation, which the
+    # Temporal core's native threads can abort ("PyGILState_Release ... must be current",
+    # temporalio/sdk-python#300); nothing is left to clean up.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def _unique(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values)) if len(values) > 1 else values
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskDraft:
     """A task being assembled; ``id`` None until the phase assigns ``<phase>.<k>``."""
 
@@ -86,7 +86,7 @@ class TaskDraft:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class PhaseDraft:
     """A phase being assembled, numbered as written."""
 

@@ -95,7 +95,7 @@ _NON_PHASE_SECTION = re.compile(
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Head:
     """What the first line of a task (list item or heading) says about it."""
 
@@ -114,7 +114,7 @@ class Head:
         return self.status is not None or self.strong_id
 
 
-@dataclass
+@dataclass(slots=True)
 class Label:
     """A ``Label: value`` line; ``kind`` is None for labels the parser does not know."""
 

@@ -9,8 +9,13 @@ activity so advancing costs no extra server round trip.
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
+import re
+import subprocess
 from typing import Any
 
+from markdown_it import MarkdownIt
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -21,6 +26,7 @@ from activities.library import (
     static_phase_dir,
     static_phase_tasks,
 )
+from activities.rag import Retriever
 from activities.snapshots import SnapshotStore, resolve_spec_path
 from activities.templates import Renderer
 from domain.errors import DefinitionError, PhasegateError
@@ -34,6 +40,7 @@ from domain.messages import (
     RenderPhaseRequest,
     SessionPlan,
 )
+from domain.rag import RetrievalQuery, context_sections, pack
 from domain.spec import ParsedSpec, SpecPhase
 
 __all__ = ["DefinitionActivities", "to_application_error"]
@@ -52,7 +59,18 @@ class DefinitionActivities:
         home: phasegate's data folder (spec snapshots live under it).
     """
 
-    def __init__(self, library_paths: list[str], home: str) -> None:
+    def __init__(
+        self,
+        library_paths: list[str],
+        home: str,
+        *,
+        retriever: Retriever | None = None,
+        context_tokens: int = 1200,
+        context_k: int = 5,
+    ) -> None:
+        self.retriever = retriever
+        self.context_tokens = context_tokens
+        self.context_k = context_k
         self.library_paths = list(library_paths)
         self.snapshots = SnapshotStore(home)
         self.renderer = Renderer()
@@ -70,6 +88,7 @@ class DefinitionActivities:
             plan = self.plan(req)
         except PhasegateError as exc:
             raise to_application_error(exc) from None
+        plan.first_phase = self.with_context(plan.ref, plan.first_phase)
         self._warm(plan.ref, 1)
         return plan
 
@@ -82,7 +101,41 @@ class DefinitionActivities:
         except PhasegateError as exc:
             raise to_application_error(exc) from None
         self._warm(req.ref, req.index + 1)
-        return phase
+        return self.with_context(req.ref, phase)
+
+    def with_context(self, ref: DefinitionRef, phase: PhaseDefinition) -> PhaseDefinition:
+        """Attach retrieved docs to the phase and each task. Never from a later phase:
+        the retriever filters on the phase number, and the phase's own docs (already its
+        content) are left out. Retrieval trouble leaves the context empty, never fails."""
+        if self.retriever is None or self.context_k == 0:
+            return phase
+        own = _phase_number(phase, ref)
+        try:
+            context = self._search(ref.workflow_type, own, f"{phase.name} {_lead(phase.content)}",
+                                   self.context_k, self.context_tokens)
+            tasks = [
+                t.model_copy(update={"context": self._search(
+                    ref.workflow_type, own, f"{t.name} {_lead(t.content)}",
+                    max(1, self.context_k // 2), self.context_tokens // 2)})
+                for t in phase.tasks
+            ]
+        except Exception as exc:  # noqa: BLE001 - context is an aid, not a gate
+            activity.logger.warning("context retrieval failed: %s", exc) if activity.in_activity() else None
+            return phase
+        return phase.model_copy(update={"context": context, "tasks": tasks})
+
+    def _search(
+        self, workflow_type: str, own: int, text: str, k: int, budget: int
+    ) -> list[dict[str, Any]]:
+        assert self.retriever is not None
+        query = RetrievalQuery(
+            text=text, workflow_type=workflow_type, max_phase=own, k=k + 3, token_budget=budget * 2
+        )
+        found = [
+            c for c in self.retriever.search(query)
+            if not (c.workflow_type == workflow_type and c.phase == own)
+        ]
+        return [s.model_dump() for s in context_sections(pack(found, budget, k))]
 
     def _warm(self, ref: DefinitionRef, index: int) -> None:
         if index < ref.total_phases:
@@ -127,6 +180,7 @@ class DefinitionActivities:
             static_phase_count=static_count,
             snapshot_id=snapshot_id,
             spec_source=spec_source,
+            base_commit=_git_head(req.target),
         )
         return SessionPlan(
             name=meta.name or meta.workflow_type,
@@ -175,6 +229,7 @@ class DefinitionActivities:
             )
         gate = load_gate_file(pdir / "gate-definition.yaml", fallback_markdown=content)
         return PhaseDefinition(
+            example_evidence=example_evidence(content),
             index=index,
             label=label,
             name=meta_phase.phase_name or f"Phase {label}",
@@ -223,6 +278,7 @@ class DefinitionActivities:
         ]
         base = load_gate_file(wf.path / "phases" / "dynamic" / "gate-definition.yaml")
         return PhaseDefinition(
+            example_evidence=example_evidence(content),
             index=index,
             label=str(sp.number),
             name=sp.name,
@@ -294,6 +350,57 @@ def _dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDe
             "source": f"{base.source} + validation gate at {source}",
         }
     )
+
+
+_EXAMPLE_HEADING = re.compile(r"\b(evidence|example)\b", re.I)
+_MD = MarkdownIt("commonmark").disable("inline")
+
+
+def example_evidence(markdown: str) -> str | None:
+    """The first fenced ``json`` block under an "Evidence" / "Example" heading, if any."""
+    under_example = in_heading = False
+    for token in _MD.parse(markdown):
+        if token.type == "heading_open":
+            in_heading = True
+        elif token.type == "heading_close":
+            in_heading = False
+        elif token.type == "inline" and in_heading:
+            under_example = bool(_EXAMPLE_HEADING.search(token.content))
+        elif token.type == "fence" and under_example and token.info.strip().lower() == "json":
+            try:
+                json.loads(token.content)
+            except json.JSONDecodeError:
+                continue
+            return token.content.strip()
+    return None
+
+
+def _git_head(target: str) -> str | None:
+    """git HEAD of ``target`` when it is a directory inside a git work tree, else None."""
+    if not target or not os.path.isdir(target):
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", target, "rev-parse", "--verify", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _phase_number(phase: PhaseDefinition, ref: DefinitionRef) -> int:
+    """The phase number the library's docs use: the written number of a static phase;
+    for a dynamic phase, the last static phase (all static docs are behind it)."""
+    if phase.index < ref.static_phase_count and phase.label.isdigit():
+        return int(phase.label)
+    return max(ref.static_phase_count - 1, 0) if phase.index >= ref.static_phase_count else phase.index
+
+
+def _lead(markdown: str, limit: int = 400) -> str:
+    """The first prose of a document, for a retrieval query."""
+    lines = [ln.strip("#>*- ") for ln in markdown.splitlines() if ln.strip() and not ln.startswith("```")]
+    return " ".join(lines)[:limit]
 
 
 def _first_heading(text: str) -> str:

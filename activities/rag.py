@@ -121,10 +121,6 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str, int]:
     return (data if isinstance(data, dict) else {}), text[m.end() :], m.group(0).count("\n")
 
 
-def _heading_text(raw: str) -> str:
-    return re.sub(r"\*\*|`", "", raw).strip()
-
-
 def _split_long(lines: list[str], start: int, end: int, blocks: list[int]) -> Iterator[range]:
     """Cut lines[start:end] at top-level block starts into parts of <= MAX_CHUNK_TOKENS."""
     cuts = [b for b in blocks if start < b < end] + [end]
@@ -159,47 +155,44 @@ def chunk_markdown(text: str, *, file: str) -> list[Chunk]:
         The chunks in document order.
     """
     _, body, offset = split_front_matter(text)
-    body = body.replace("\r\n", "\n").replace("\r", "\n")
-    lines = body.split("\n")
-    headings: list[tuple[int, int, int, str]] = []  # (start, end, level, text)
-    blocks: list[int] = []
-    tokens = _MD.parse(body)
+    lines = body.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    tokens = _MD.parse("\n".join(lines))
+    blocks: list[int] = []  # first line of every top-level block: where a cut may go
+    heads: list[tuple[int, int, int, str]] = []  # (line, body line, level, title)
     for i, tok in enumerate(tokens):
-        if tok.level != 0 or tok.map is None or tok.nesting < 0:
-            continue
-        blocks.append(tok.map[0])
-        if tok.type == "heading_open":
-            title = _heading_text(tokens[i + 1].content)
-            headings.append((tok.map[0], tok.map[1], int(tok.tag[1:]), title))
-    sections: list[tuple[int, int, int, list[str]]] = []  # (start, body_start, end, path)
-    first = headings[0][0] if headings else len(lines)
-    sections.append((0, 0, first, []))
+        if tok.level == 0 and tok.map is not None and tok.nesting >= 0:
+            blocks.append(tok.map[0])
+            if tok.type == "heading_open":
+                title = re.sub(r"\*\*|`", "", tokens[i + 1].content).strip()
+                heads.append((tok.map[0], tok.map[1], int(tok.tag[1:]), title))
+    sections: list[tuple[int, int, int, list[str]]] = [
+        (0, 0, heads[0][0] if heads else len(lines), [])
+    ]  # (first line, body line, end, heading path); the first is text before any heading
     stack: list[tuple[int, str]] = []
-    for n, (start, h_end, level, title) in enumerate(headings):
-        end = headings[n + 1][0] if n + 1 < len(headings) else len(lines)
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, title))
-        sections.append((start, h_end, end, [t for _, t in stack]))
+    for (start, body_start, level, title), end in zip(
+        heads, [h[0] for h in heads[1:]] + [len(lines)]
+    ):
+        stack = [s for s in stack if s[0] < level] + [(level, title)]
+        sections.append((start, body_start, end, [t for _, t in stack]))
     chunks: list[Chunk] = []
     for start, body_start, end, path in sections:
         if not "".join(lines[body_start:end]).strip():
-            continue
+            continue  # nothing under the heading; its children carry it in their path
         for part in _split_long(lines, start, end, blocks):
             part_lines = lines[part.start : part.stop]
-            lead = next((j for j, ln in enumerate(part_lines) if ln.strip()), None)
-            if lead is None:
-                continue
-            chunk_text = "\n".join(part_lines[lead:]).rstrip()
-            chunks.append(
-                Chunk(
-                    file=file,
-                    heading_path=list(path),
-                    line=part.start + lead + 1 + offset,
-                    text=chunk_text,
-                    tokens=estimate_tokens(chunk_text),
+            lead = next((j for j, ln in enumerate(part_lines) if ln.strip()), 0)
+            body_text = "\n".join(part_lines[lead:]).rstrip()
+            if body_text:
+                line = part.start + lead + 1 + offset
+                chunks.append(
+                    Chunk(
+                        file=file,
+                        heading_path=list(path),
+                        line=line,
+                        text=body_text,
+                        tokens=estimate_tokens(body_text),
+                    )
                 )
-            )
     return chunks
 
 
@@ -407,14 +400,18 @@ class FtsIndex:
             marks = ", ".join("?" * len(q.tags))
             where.append(f"EXISTS (SELECT 1 FROM json_each(c.tags) WHERE value IN ({marks}))")
             params += q.tags
+        # rank and cut first, then build rows only for the survivors
         sql = (
             "SELECT json_object('file', c.file, 'workflow_type', c.workflow_type, 'phase', c.phase,"
             " 'tags', json(c.tags), 'heading_path', json(c.heading_path), 'line', c.line,"
-            f" 'tokens', c.tokens, 'text', chunks_fts.text, 'score', -{_BM25})"
-            f" FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid"
-            f" WHERE {' AND '.join(where)} ORDER BY {_BM25} LIMIT ?"
+            " 'heading', coalesce(json_extract(c.heading_path, '$[#-1]'), ''),"
+            " 'tokens', c.tokens, 'text', t.text, 'score', -r.rank)"
+            f" FROM (SELECT chunks_fts.rowid AS id, {_BM25} AS rank"
+            " FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid"
+            f" WHERE {' AND '.join(where)} ORDER BY rank LIMIT ?) r"
+            " JOIN chunks c ON c.id = r.id JOIN chunks_fts t ON t.rowid = r.id ORDER BY r.rank"
         )
-        params.append(max(4 * q.k, 20))
+        params.append(max(2 * q.k, q.k + 10))  # spares for chunks pack() has to skip
         with self._lock:
             rows = self._db.execute(sql, params).fetchall()
         hits = [RetrievedChunk.model_validate_json(row[0]) for row in rows]

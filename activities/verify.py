@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 from domain.errors import GateDefinitionError
 from domain.verify import (
@@ -91,16 +91,18 @@ class VerifyActivities:
         try:
             checks = parse_checks(req.checks, source="run_verify_checks")
         except GateDefinitionError as exc:
+            details = exc.details()
             raise ApplicationError(
-                str(exc), exc.details(), type="verify_invalid", non_retryable=True
+                str(exc), details, type="verify_invalid", non_retryable=True
             ) from None
-        workspace = Path(req.workspace).resolve()
-        if not workspace.is_dir():
-            raise ApplicationError(
-                f"workspace {req.workspace!r} is not a directory",
-                type="verify_invalid",
-                non_retryable=True,
-            )
+        try:
+            workspace = Path(req.workspace).resolve()
+            usable = workspace.is_dir()
+        except (OSError, ValueError):
+            usable = False
+        if not usable:
+            message = f"workspace {req.workspace!r} is not a directory"
+            raise ApplicationError(message, type="verify_invalid", non_retryable=True)
         run = _Run(self, req, workspace)
         results = []
         for index, check in enumerate(checks):
@@ -124,10 +126,11 @@ class _Run:
         try:
             result = runner(check)
         except _Failed as exc:
-            result = VerifyResult(name=check.name, kind=check.kind, passed=False, message=str(exc))
+            result = self.result(check, False, str(exc))
+        except CancelledError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a broken check is a failed check
-            message = f"check could not run: {type(exc).__name__}: {exc}"
-            result = VerifyResult(name=check.name, kind=check.kind, passed=False, message=message)
+            result = self.result(check, False, f"check failed to run: {type(exc).__name__}: {exc}")
         elapsed = int((time.monotonic() - start) * 1000)
         return result.model_copy(update={"duration_ms": elapsed})
 
@@ -215,7 +218,7 @@ class _Run:
 
     def _glob_count(self, check: GlobCountCheck) -> VerifyResult:
         pattern = self.text(check.pattern, "pattern", glob_escape)
-        if pattern.startswith(("/", "~")) or ".." in Path(pattern).parts:
+        if pattern.startswith("/") or ".." in Path(pattern).parts:
             raise _Failed(f"pattern {pattern!r} leaves the workspace; use a relative pattern")
         matches, outside, last = [], 0, time.monotonic()
         try:
@@ -258,28 +261,21 @@ class _Run:
                            excerpt=_clip(match.group(0), self.limit))  # fmt: skip
 
     def _git_changed(self, check: GitChangedCheck) -> VerifyResult:
-        specs = []
-        for i, raw in enumerate(check.paths):
-            rel = self.text(raw, f"paths[{i}]")
-            path = self.inside(rel, f"paths[{i}]")
-            specs.append(os.path.relpath(path, self.workspace))
-        top = _git(self.workspace, "rev-parse", "--show-toplevel", check=False)
-        if top.returncode != 0:
-            raise _Failed(
-                f"{self.workspace} is not a git repository ({_clip(top.stderr.strip(), 200)}); "
-                "run `git init` there and commit, or remove the git_changed check"
+        specs = [
+            os.path.relpath(
+                self.inside(self.text(raw, f"paths[{i}]"), f"paths[{i}]"), self.workspace
             )
+            for i, raw in enumerate(check.paths)
+        ]
         base = self.req.base_commit
-        note = ""
-        if base is None:
-            base = "HEAD"
-            note = " (no base commit recorded: compared against HEAD, so committed work is not counted)"
-        resolved = _git(
-            self.workspace, "rev-parse", "--verify", "-q", f"{base}^{{commit}}", check=False
-        )
-        if resolved.returncode == 0:
-            against = resolved.stdout.strip()
-        elif self.req.base_commit is None:  # a repository without commits yet
+        found = _git(self.workspace, "rev-parse", "--verify", "-q", f"{base or 'HEAD'}^{{commit}}")
+        if found.returncode not in (0, 1):  # 128: not a repository, or one git refuses
+            raise _Failed(f"{self.workspace} is not a usable git repository "
+                          f"({_clip(found.stderr.strip(), 200)}); run `git init` there and "
+                          "commit, or remove the git_changed check")  # fmt: skip
+        if found.returncode == 0:
+            against = found.stdout.strip()
+        elif base is None:  # a repository without commits yet: everything is new
             against = _git(self.workspace, "hash-object", "-t", "tree", "/dev/null").stdout.strip()
         else:
             raise _Failed(f"base commit {base!r} is not in the repository at {self.workspace}")
@@ -287,17 +283,19 @@ class _Run:
         for args in (("diff", "--name-only", "--relative", "-z", against),
                      ("diff", "--cached", "--name-only", "--relative", "-z", against),
                      ("ls-files", "--others", "--exclude-standard", "-z")):  # fmt: skip
-            out = _git(self.workspace, *args, "--", *specs).stdout
-            changed.update(name for name in out.split("\0") if name)
-        count = len(changed)
-        where = ", ".join(specs)
-        since = f"since {against[:12]}" if self.req.base_commit else "in the working tree"
-        passed = count >= check.min_files
-        message = f"{count} file(s) changed under {where} {since}; expected at least "
-        message += f"{check.min_files}{note}"
-        return self.result(
-            check, passed, message, excerpt=excerpt("\n".join(sorted(changed)), self.limit)
-        )
+            done = _git(self.workspace, *args, "--", *specs)
+            if done.returncode != 0:
+                raise _Failed(f"`git {args[0]}` failed: {_clip(done.stderr.strip(), 300)}")
+            changed.update(name for name in done.stdout.split("\0") if name)
+        since = f"since {against[:12]}" if base else "in the working tree"
+        message = f"{len(changed)} file(s) changed under {', '.join(specs)} {since}; "
+        message += f"expected at least {check.min_files}"
+        if base is None:
+            message += (
+                " (no base commit recorded: compared against HEAD, so commits are not counted)"
+            )
+        listing = excerpt("\n".join(sorted(changed)), self.limit)
+        return self.result(check, len(changed) >= check.min_files, message, excerpt=listing)
 
     def _json_value(self, check: JsonValueCheck) -> VerifyResult:
         rel, text = self.read(check)
@@ -421,26 +419,17 @@ class _Capture:
         return data.decode("utf-8", errors="replace")
 
 
-def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    argv = ["git", "--literal-pathspecs", "-c", "core.quotepath=off", *args]
     try:
-        done = subprocess.run(
-            ["git", "--literal-pathspecs", "-c", "core.quotepath=off", *args],
-            check=False,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=_GIT_TIMEOUT,
-            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
-        )
+        return subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, errors="replace", timeout=_GIT_TIMEOUT, env=env,
+                              check=False)  # fmt: skip
     except FileNotFoundError:
         raise _Failed("git is not installed on the worker; install git") from None
     except subprocess.TimeoutExpired:
-        raise _Failed(f"`git {' '.join(args[:2])}` took longer than {_GIT_TIMEOUT:g}s") from None
-    if check and done.returncode != 0:
-        raise _Failed(f"`git {' '.join(args[:2])}` failed: {_clip(done.stderr.strip(), 300)}")
-    return done
+        raise _Failed(f"`git {args[0]}` took longer than {_GIT_TIMEOUT:g}s") from None
 
 
 # --------------------------------------------------------------------------- json

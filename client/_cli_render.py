@@ -182,14 +182,22 @@ def render_violation(session_id: str, v: SequenceViolation) -> str:
 
 
 def _next_phase(p: PhaseContent) -> list[str]:
-    return ["", f"Now on {_heading(p.phase, p.label, p.name)}", "", p.content.rstrip(), "",
-            *_tasks(p.tasks)]
+    return [
+        "",
+        f"Now on {_heading(p.phase, p.label, p.name)}",
+        "",
+        p.content.rstrip(),
+        "",
+        *_tasks(p.tasks),
+    ]
 
 
 def render_checkpoint(session_id: str, phase: int, r: CheckpointResult) -> str:
     if not r.passed:
-        head = (f"failed: phase {phase} checkpoint, attempt {r.attempt} — "
-                f"{_plural(len(r.problems), 'problem')}")
+        head = (
+            f"failed: phase {phase} checkpoint, attempt {r.attempt} — "
+            f"{_plural(len(r.problems), 'problem')}"
+        )
         lines = [head]
         lines += [f"  - {problem_line(p)}" for p in r.problems]
         lines += _problems("warnings:", r.warnings)
@@ -223,23 +231,29 @@ def render_listings(rows: Sequence[SessionListing]) -> str:
         if s.execution_status not in ("running", "completed", "continued_as_new"):
             status += f" ({s.execution_status})"
         started = s.started_at.strftime("%Y-%m-%d %H:%M") if s.started_at else ""
-        out.append((s.session_id, s.workflow_type, status, "" if s.phase is None else s.phase,
-                    started))
+        out.append(
+            (s.session_id, s.workflow_type, status, "" if s.phase is None else s.phase, started)
+        )
     return table(("SESSION", "WORKFLOW", "STATUS", "PHASE", "STARTED"), out)
 
 
 def render_spec(spec: ParsedSpec) -> str:
     title = f" — {spec.title}" if spec.title else ""
-    head = (f"{spec.source}{title}: {_plural(len(spec.phases), 'phase')}, "
-            f"{_plural(spec.task_count, 'task')}")
+    head = (
+        f"{spec.source}{title}: {_plural(len(spec.phases), 'phase')}, "
+        f"{_plural(spec.task_count, 'task')}"
+    )
     lines = [head]
     for ph in spec.phases:
         est = f" [{ph.estimated_duration}]" if ph.estimated_duration else ""
         lines.append(f"Phase {ph.number}: {ph.name}  (line {ph.line}){est}")
         for t in ph.tasks:
             marks = "".join(
-                [" [P]" if t.parallel else "", *(f" [{s}]" for s in t.stories),
-                 " (optional)" if t.optional else ""]
+                [
+                    " [P]" if t.parallel else "",
+                    *(f" [{s}]" for s in t.stories),
+                    " (optional)" if t.optional else "",
+                ]
             )
             lines.append(f"  {_BOX.get(t.status, '[?]')} {t.id}  {t.name}{marks}")
         if not ph.tasks:

@@ -99,8 +99,10 @@ def render_phase(view: PhaseView, total: int | None = None) -> str:
         lines.append(f"After it passes, {who} must approve ({NO_APPROVAL_TOOL}).")
     if view.artifacts:
         lines += ["", "### Earlier evidence"]
-        lines += [f"- phase {k}: {', '.join(sorted(a.evidence)) or '(empty)'}"
-                  for k, a in view.artifacts.items()]
+        lines += [
+            f"- phase {k}: {', '.join(sorted(a.evidence)) or '(empty)'}"
+            for k, a in view.artifacts.items()
+        ]
     return "\n".join(lines).rstrip()
 
 
@@ -113,8 +115,11 @@ def render_current(session_id: str, state: SessionView, view: PhaseView | None) 
         return f"{head}\nThe session was abandoned; start a new one with start_session."
     lines = [head]
     if state.status in ("awaiting_approval", "approval_overdue"):
-        lines.append(f"Phase {state.current_phase} passed its checkpoint, "
-                     + approval_line(state.awaiting_approval_from) + ".")
+        lines.append(
+            f"Phase {state.current_phase} passed its checkpoint, "
+            + approval_line(state.awaiting_approval_from)
+            + "."
+        )
     elif state.status == "paused":
         lines.append("The session is paused by a person; submissions are refused until resumed.")
     if state.feedback:
@@ -135,18 +140,26 @@ def render_task(view: TaskView) -> str:
 
 
 def _next_phase(p: PhaseContent) -> list[str]:
-    return ["", f"## Now on {_heading(p.phase, p.label, p.name)}", "", p.content.rstrip(),
-            *_tasks(p.tasks), "", "Call get_current_phase for this phase's gate fields."]
+    return [
+        "",
+        f"## Now on {_heading(p.phase, p.label, p.name)}",
+        "",
+        p.content.rstrip(),
+        *_tasks(p.tasks),
+        "",
+        "Call get_current_phase for this phase's gate fields.",
+    ]
 
 
-def render_checkpoint(
-    phase: int, result: CheckpointResult, approvers: Sequence[str] = ()
-) -> str:
+def render_checkpoint(phase: int, result: CheckpointResult, approvers: Sequence[str] = ()) -> str:
     """Failed: every problem as ``field: message``. Passed: what comes next."""
     if not result.passed:
         n = len(result.problems)
-        lines = [f"**Not passed**: phase {phase}, attempt {result.attempt}, "
-                 f"{n} problem{'s' if n != 1 else ''}. Fix each and submit again:"]
+        head = (
+            f"**Not passed**: phase {phase}, attempt {result.attempt}, "
+            f"{n} problem{'s' if n != 1 else ''}. Fix each and submit again:"
+        )
+        lines = [head]
         lines += [_problem(p) for p in result.problems]
         if result.warnings:
             lines += ["Warnings:", *(_problem(p) for p in result.warnings)]
@@ -174,8 +187,10 @@ def render_state(session_id: str, view: SessionView) -> str:
     if view.status == "completed":
         lines.append(f"Status: completed — all {total} phases done.")
     else:
-        lines.append(f"Status: {view.status} — phase {view.current_phase} of {total} "
-                     f"({view.current_phase_name}), {view.attempts} attempt(s) so far.")
+        lines.append(
+            f"Status: {view.status} — phase {view.current_phase} of {total} "
+            f"({view.current_phase_name}), {view.attempts} attempt(s) so far."
+        )
     if view.status in ("awaiting_approval", "approval_overdue"):
         lines.append(f"Now {approval_line(view.awaiting_approval_from)}.")
     if view.completed_phases:

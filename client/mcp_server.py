@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import functools
 import logging
+import os
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -53,7 +54,7 @@ from domain.settings import Settings
 if TYPE_CHECKING:
     from client.api import PhasegateClient
 
-__all__ = ["TOOL_NAMES", "MAX_EVIDENCE_BYTES", "build_server", "main"]
+__all__ = ["MAX_EVIDENCE_BYTES", "TOOL_NAMES", "build_server", "main"]
 
 logger = logging.getLogger("phasegate.mcp")
 
@@ -69,8 +70,14 @@ MAX_EVIDENCE_BYTES = DEFAULT_MAX_EVIDENCE_BYTES
 """Evidence larger than this (compact JSON, as the workflow measures it) is refused unsent."""
 
 _START_TIMEOUT = 30.0
-_UNREACHABLE_MARKS = ("connecterror", "connection refused", "tcp connect", "dns error",
-                      "timed out", "unavailable")
+_UNREACHABLE_MARKS = (
+    "connecterror",
+    "connection refused",
+    "tcp connect",
+    "dns error",
+    "timed out",
+    "unavailable",
+)
 _INSTRUCTIONS = (
     "phasegate runs phase-gated workflows. Work one phase at a time: get_current_phase, do "
     "the work, then submit_checkpoint with evidence for every gate field. A failed checkpoint "
@@ -147,7 +154,9 @@ def _unreachable(host: str, detail: str = "") -> PhasegateError:
     if detail and not any(m in detail.lower() for m in _UNREACHABLE_MARKS):
         err = PhasegateError(f"cannot connect to Temporal at {host}: {detail}")
     else:
-        err = PhasegateError(f"cannot reach Temporal at {host}", hint="start it with `phasegate server`")
+        err = PhasegateError(
+            f"cannot reach Temporal at {host}", hint="start it with `phasegate server`"
+        )
     err.code = "temporal_unreachable"
     return err
 
@@ -200,7 +209,7 @@ class PhasegateTools:
             ):
                 err = _unreachable(self.settings.temporal_address)
             return _error(err)
-        except Exception as exc:  # noqa: BLE001 - the agent gets the reason, the log the traceback
+        except Exception as exc:  # the agent gets the reason, the log the traceback
             logger.exception("tool call failed")
             return _error(PhasegateError(f"unexpected {type(exc).__name__}: {exc}"))
 
@@ -218,7 +227,9 @@ class PhasegateTools:
                     workflow_type=w.metadata.workflow_type,
                     name=w.metadata.name,
                     description=w.metadata.description,
-                    phases="dynamic" if w.metadata.dynamic_phases else len(w.metadata.static_phases),
+                    phases="dynamic"
+                    if w.metadata.dynamic_phases
+                    else len(w.metadata.static_phases),
                 )
                 for w in found
             ]
@@ -230,15 +241,18 @@ class PhasegateTools:
     async def start_session(
         self,
         workflow_type: Annotated[
-            str, StringConstraints(min_length=1, max_length=200),
+            str,
+            StringConstraints(min_length=1, max_length=200),
             Field(description="From list_workflows."),
         ],
         target: Annotated[
-            str, StringConstraints(max_length=4096),
+            str,
+            StringConstraints(max_length=4096),
             Field(description="What the session works on, usually a repo or directory path."),
         ],
         spec_path: Annotated[
-            str | None, Field(max_length=4096, description="Dynamic workflows: tasks.md or its folder.")
+            str | None,
+            Field(max_length=4096, description="Dynamic workflows: tasks.md or its folder."),
         ] = None,
     ) -> CallToolResult:
         """Start a session and wait until its definition has loaded."""
@@ -254,7 +268,7 @@ class PhasegateTools:
             text = (
                 f"Started session `{sid}`: {view.name or view.workflow_type}, "
                 f"{view.total_phases} phases, now on phase {view.current_phase} "
-                f"({view.current_phase_name}).\nNext: get_current_phase(session_id=\"{sid}\")."
+                f'({view.current_phase_name}).\nNext: get_current_phase(session_id="{sid}").'
             )
             return _ok(text, StartedSession(session_id=sid, session=view))
 
@@ -289,7 +303,8 @@ class PhasegateTools:
         session_id: SessionId,
         phase: PhaseNumber,
         task: Annotated[
-            str | int, Field(description="Task id as written ('1.2', 'T003') or 1-based number.")
+            Annotated[str, StringConstraints(min_length=1, max_length=100)] | int,
+            Field(description="Task id as written ('1.2', 'T003') or 1-based number."),
         ],
     ) -> CallToolResult:
         """One task of the current or a completed phase; a future phase is refused."""
@@ -308,11 +323,16 @@ class PhasegateTools:
         session_id: SessionId,
         phase: PhaseNumber,
         evidence: Annotated[
-            dict[str, Any], Field(description="Object with the gate's fields, e.g. {\"tests_run\": 12}.")
+            dict[str, Any],
+            Field(description='Object with the gate\'s fields, e.g. {"tests_run": 12}.'),
         ],
         submission_id: Annotated[
             str | None,
-            Field(min_length=1, max_length=200, description="Idempotency key: a repeat returns the first result."),
+            Field(
+                min_length=1,
+                max_length=200,
+                description="Idempotency key: a repeat returns the first result.",
+            ),
         ] = None,
     ) -> CallToolResult:
         """Submit checkpoint evidence; refuse oversized evidence before sending it."""
@@ -382,7 +402,10 @@ def build_server(settings: Settings | None = None) -> MCPServer:
     for name in TOOL_NAMES:
         annotations = _WRITE if name in ("start_session", "submit_checkpoint") else _READ
         server.add_tool(
-            getattr(tools, name), name=name, description=_DESCRIPTIONS[name], annotations=annotations
+            getattr(tools, name),
+            name=name,
+            description=_DESCRIPTIONS[name],
+            annotations=annotations,
         )
     return server
 
@@ -397,43 +420,58 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve MCP over stdio (default) or streamable HTTP on 127.0.0.1.
+    """Serve MCP over stdio (default) or streamable HTTP on 127.0.0.1 until the client leaves.
+
+    Called without ``argv`` (``python -m client.mcp_server``) it is the whole process and
+    leaves with ``os._exit``: once the Temporal client exists, the SDK's Rust threads can
+    abort interpreter shutdown (temporalio/sdk-python#300, "PyGILState_Release ... must be
+    current"), which an MCP client would report as a crash.
 
     Args:
         argv: Command-line arguments without the program name (``--http PORT``).
 
     Returns:
-        The process exit code.
+        The exit code.
     """
     parser = argparse.ArgumentParser(
         prog="phasegate mcp",
         description="MCP server for phasegate sessions (stdio unless --http is given).",
     )
     parser.add_argument(
-        "--http", type=int, metavar="PORT",
+        "--http",
+        type=int,
+        metavar="PORT",
         help="serve streamable HTTP on http://127.0.0.1:PORT/mcp instead of stdio",
     )
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed
-        return int(exc.code or 0)
+        return exc.code if isinstance(exc.code, int) else 2
     if args.http is not None and not 0 < args.http < 65536:
         print(f"phasegate mcp: --http needs a port in 1-65535, got {args.http}", file=sys.stderr)
         return 2
-    server = build_server()
+    code = _serve(build_server(), args.http)
+    if argv is None:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _serve(server: MCPServer, port: int | None) -> int:
     try:
-        if args.http is None:
+        if port is None:
             anyio.run(server.run_stdio_async)
         else:
-            print(f"phasegate MCP server on http://127.0.0.1:{args.http}/mcp", file=sys.stderr)
-            serve = functools.partial(
-                server.run_streamable_http_async, host="127.0.0.1", port=args.http
+            print(f"phasegate MCP server on http://127.0.0.1:{port}/mcp", file=sys.stderr)
+            anyio.run(
+                functools.partial(server.run_streamable_http_async, host="127.0.0.1", port=port)
             )
-            anyio.run(serve)
     except KeyboardInterrupt:
         return 0
     except SystemExit as exc:  # uvicorn exits when it cannot bind the port
-        return int(exc.code or 1) if not isinstance(exc.code, str) else 1
+        return exc.code if isinstance(exc.code, int) else 1
     return 0
 
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from domain.errors import ExpressionError, GateDefinitionError
 from domain.expressions import CompiledExpression, compile_expression
+from domain.verify import parse_checks
 
 __all__ = [
     "ApprovalSpec",
@@ -182,7 +183,11 @@ class GateDefinition(BaseModel):
     validators: dict[str, str] = Field(default_factory=dict, description="name -> 'lambda x: ...'")
     rules: list[GateRule] = Field(default_factory=list)
     approval: ApprovalSpec = Field(default_factory=ApprovalSpec)
-    verify: list[dict[str, Any]] = Field(default_factory=list, description="Checked elsewhere.")
+    verify: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Checks an activity runs against the workspace (domain.verify); "
+        "a failed check blocks even when strict is false.",
+    )
     source: str = Field("", description="Where the gate came from, for messages.")
 
     def public_fields(self) -> dict[str, dict[str, Any]]:
@@ -257,6 +262,9 @@ def load_gate(data: Any, *, source: str) -> GateDefinition:
         ApprovalSpec, _mapping(raw_approval, source, "approval"), source, "approval"
     )
     verify = _validated(GateDefinition, {"verify": data.get("verify") or []}, source, "").verify
+    # Checks are validated now (kinds, fields, template references to declared evidence
+    # fields); the workflow hands the raw list to the verify activity.
+    parse_checks(verify, source=source, known_fields=fields)
     flags = {k: checkpoint[k] for k in ("strict", "allow_override") if k in checkpoint}
     gate = _validated(GateDefinition, flags, source, "checkpoint")
     parts = {"fields": fields, "validators": validators, "rules": rules, "approval": approval}

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.gates import GateDefinition, Problem
+from domain.verify import VerifyResult
 
 __all__ = [
     "SessionStatus",
@@ -98,6 +99,7 @@ class RenderedTask(BaseModel):
     content: str
     status: str = "todo"
     optional: bool = False
+    context: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class PhaseDefinition(BaseModel):
@@ -111,6 +113,13 @@ class PhaseDefinition(BaseModel):
     gate: GateDefinition = Field(default_factory=GateDefinition)
     requires_approval: bool = False
     approvers: list[str] = Field(default_factory=list)
+    example_evidence: str | None = Field(
+        None, description="A valid evidence example from the phase's docs, shown on failure."
+    )
+    context: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Retrieved standards/docs for this phase (never from a later phase).",
+    )
 
 
 class DefinitionRef(BaseModel):
@@ -122,6 +131,9 @@ class DefinitionRef(BaseModel):
     static_phase_count: int
     snapshot_id: str | None = Field(None, description="sha256 of the spec snapshot, if dynamic.")
     spec_source: str | None = None
+    base_commit: str | None = Field(
+        None, description="git HEAD of the target when the session started (for git_changed)."
+    )
 
 
 class LoadSessionRequest(BaseModel):
@@ -194,7 +206,12 @@ class CheckpointResult(BaseModel):
     completed: bool = False
     attempt: int = 0
     submission_id: str | None = None
-    example_evidence: str | None = None
+    verify: list[VerifyResult] = Field(
+        default_factory=list, description="Workspace checks run for this attempt."
+    )
+    example_evidence: str | None = Field(
+        None, description="On failure: valid evidence as the phase's docs show it."
+    )
 
 
 # -- approvals and controls --
@@ -297,6 +314,7 @@ class Attempt(BaseModel):
     submission_id: str | None = None
     via: Literal["update", "signal"] = "update"
     evidence: dict[str, Any] = Field(default_factory=dict)
+    verify: list[VerifyResult] = Field(default_factory=list)
 
 
 class CompletedPhase(BaseModel):
@@ -354,6 +372,7 @@ class TaskView(BaseModel):
     phase: int
     task: TaskSummary
     content: str
+    context: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class SequenceViolation(BaseModel):

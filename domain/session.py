@@ -22,7 +22,8 @@ from domain.errors import (
     SessionError,
     SessionNotActive,
 )
-from domain.gates import GateEvaluation, evaluate_gate
+from domain.gates import GateEvaluation, Problem, evaluate_gate
+from domain.verify import VerifyResult
 from domain.messages import (
     ApprovalDecision,
     AuditEntry,
@@ -183,6 +184,7 @@ class SessionState(BaseModel):
             tasks=_task_summaries(phase),
             gate=_gate_view(phase, self.allowed_approvers() if state == "current" else []),
             artifacts=earlier,
+            context=phase.context,
         )
 
     def task_view(self, index: int, task: str) -> TaskView | SequenceViolation:
@@ -194,7 +196,7 @@ class SessionState(BaseModel):
                 summary = TaskSummary(
                     id=t.id, number=t.number, name=t.name, status=t.status, optional=t.optional
                 )
-                return TaskView(phase=index, task=summary, content=t.content)
+                return TaskView(phase=index, task=summary, content=t.content, context=t.context)
         known = ", ".join(f"{t.number} ({t.id})" for t in phase.tasks) or "none"
         raise SessionError(
             f"phase {index} has no task {task!r}",
@@ -280,16 +282,46 @@ class SessionState(BaseModel):
 
     # ---- changing ------------------------------------------------------
 
-    def record_checkpoint(
-        self, sub: CheckpointSubmission, now: datetime, via: Literal["update", "signal"]
-    ) -> tuple[CheckpointResult, bool]:
-        """Evaluate the gate and record the attempt. Returns (result, advance_now).
+    def evaluate(self, sub: CheckpointSubmission) -> GateEvaluation:
+        """The gate's verdict on the evidence alone (no workspace checks); changes nothing."""
+        return evaluate_gate(self.current.gate, sub.evidence)
 
-        A passing checkpoint on a phase that needs approval parks the session
-        in ``awaiting_approval``; otherwise the caller renders the next phase
-        and calls :meth:`advance`.
+    def needs_verify(self, evaluation: GateEvaluation) -> bool:
+        """Workspace checks run only for evidence that passes everything else."""
+        return evaluation.passed and bool(self.current.gate.verify)
+
+    def record_checkpoint(
+        self,
+        sub: CheckpointSubmission,
+        now: datetime,
+        via: Literal["update", "signal"],
+        evaluation: GateEvaluation | None = None,
+        verify: list[VerifyResult] | None = None,
+    ) -> tuple[CheckpointResult, bool]:
+        """Record the attempt with its gate verdict and workspace checks.
+
+        Returns (result, advance_now). A failed verify check blocks even under
+        ``strict: false``. A passing checkpoint on a phase that needs approval
+        parks the session in ``awaiting_approval``; otherwise the caller renders
+        the next phase and calls :meth:`advance`.
         """
-        evaluation: GateEvaluation = evaluate_gate(self.current.gate, sub.evidence)
+        evaluation = evaluation or self.evaluate(sub)
+        verify = list(verify or [])
+        failed = [
+            Problem(
+                field=f"verify:{r.name}",
+                rule=f"verify:{r.kind}",
+                message=r.message,
+                expected="check passes",
+                got=_tail(r.excerpt),
+            )
+            for r in verify
+            if not r.passed
+        ]
+        if failed:
+            evaluation = evaluation.model_copy(
+                update={"passed": False, "problems": [*evaluation.problems, *failed]}
+            )
         self.attempt_count += 1
         self.attempts.append(
             Attempt(
@@ -302,6 +334,7 @@ class SessionState(BaseModel):
                 submission_id=sub.submission_id,
                 via=via,
                 evidence=sub.evidence,
+                verify=verify,
             )
         )
         del self.attempts[:-MAX_ATTEMPTS_KEPT]
@@ -313,8 +346,10 @@ class SessionState(BaseModel):
             current_phase=self.current.index,
             attempt=self.attempt_count,
             submission_id=sub.submission_id,
+            verify=verify,
         )
         if not evaluation.passed:
+            result.example_evidence = self.current.example_evidence
             return result, False
         self.feedback = ""
         self.pending = PhaseArtifact(
@@ -325,6 +360,7 @@ class SessionState(BaseModel):
             outputs={
                 "warnings": [w.model_dump() for w in evaluation.warnings],
                 "gate_source": self.current.gate.source,
+                "verify": [r.model_dump() for r in verify],
             },
             submitted_at=now,
             submission_id=sub.submission_id,
@@ -466,6 +502,11 @@ class SessionState(BaseModel):
         self.processed[submission_id] = result
         while len(self.processed) > MAX_REMEMBERED_SUBMISSIONS:
             del self.processed[next(iter(self.processed))]
+
+
+def _tail(text: str, limit: int = 160) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
 
 
 def _task_summaries(phase: PhaseDefinition) -> list[TaskSummary]:

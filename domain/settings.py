@@ -42,6 +42,20 @@ class Settings(BaseModel):
         "os.pathsep-separated); the shipped library/ is always last.",
     )
     ui_port: int = Field(8233, description="Dev-server Web UI port (PHASEGATE_UI_PORT).")
+    standards_dirs: list[str] = Field(
+        default_factory=list,
+        description="Folders of project standards (markdown) indexed for phase context "
+        "(PHASEGATE_STANDARDS, os.pathsep-separated).",
+    )
+    context_tokens: int = Field(
+        1200, ge=0, description="Token budget of a phase view's context (PHASEGATE_CONTEXT_TOKENS)."
+    )
+    context_k: int = Field(5, ge=0, description="Most chunks in a phase view's context.")
+
+    @property
+    def rag_db(self) -> str:
+        """The retrieval index (SQLite FTS5) under ``home``."""
+        return f"{self.home.rstrip('/')}/rag.db"
 
     @classmethod
     def from_env(
@@ -63,4 +77,6 @@ class Settings(BaseModel):
             home=env.get("PHASEGATE_HOME") or ".phasegate",
             library_paths=paths,
             ui_port=int(env.get("PHASEGATE_UI_PORT") or 8233),
+            standards_dirs=[p for p in env.get("PHASEGATE_STANDARDS", "").split(pathsep) if p],
+            context_tokens=int(env.get("PHASEGATE_CONTEXT_TOKENS") or 1200),
         )

@@ -107,7 +107,7 @@ class GlobCountCheck(_Check):
 
 
 class FileContainsCheck(_Check):
-    """A file's text contains a regex match (re.search)."""
+    """A file's text contains a regex match (re.search, with ``^``/``$`` matching at lines)."""
 
     kind: Literal["file_contains"]
     path: str = Field(min_length=1)

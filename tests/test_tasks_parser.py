@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 
 from activities import tasks_parser
 from activities._tasks_md_text import match_phase, parse_head, parse_label
@@ -423,6 +426,79 @@ def test_fenced_indented_and_html_code_is_never_tasks() -> None:
     assert [t.line for p in spec.phases for t in p.tasks] == [5, 12, 25, 33]
     assert "Task 9.9" in task(spec, "1.1").description  # kept verbatim as the task's code sample
     assert spec.warnings == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(
+            "## Phase 1: A\n\n- [ ] 1.1 real\n\n```\n- [ ] 1.9 fenced\n## Phase 9: fenced\n```\n\n"
+            "~~~md\n- [ ] 1.8 tilde\n~~~\n\n    - [ ] 1.7 indented\n    ## Phase 8: indented\n\n"
+            "- [ ] 1.2 real too\n  ```\n  - [ ] 1.6 fenced in the item\n  ```\n\n"
+            "      - [ ] 1.5 indented in the item\n",
+            id="phase-headings",
+        ),
+        pytest.param(
+            "## Phase 1: A\n\n### Task 1.1: real\n\n```\n### Task 1.9: fenced\n- [ ] 1.8 fenced\n```\n\n"
+            "    ### Task 1.7: indented\n\n### Task 1.2: real too\n",
+            id="heading-tasks",
+        ),
+        pytest.param(
+            "# Plan\n\n1. A\n   - [ ] real\n\n   ```\n   - [ ] fenced\n   2. fenced phase\n   ```\n\n"
+            "         - [ ] indented\n\n   - [ ] real too\n\n```\n3. fenced phase\n```\n\n"
+            "    4. indented phase\n",
+            id="numbered-items",
+        ),
+        pytest.param(
+            "# A\n\n- [ ] real\n\n```\n- [ ] fenced\n```\n\n    - [ ] indented\n\n- [ ] real too\n",
+            id="flat-checklist",
+        ),
+    ],
+)
+def test_code_blocks_are_never_tasks_or_phases_in_any_layout(text: str) -> None:
+    spec = parse_tasks_md(text)
+    assert [(p.number, p.name) for p in spec.phases] == [(1, "A")]
+    assert [t.name for t in spec.phases[0].tasks] == ["real", "real too"]
+
+
+def test_setext_phase_headings_and_reference_definitions() -> None:
+    # The tokeniser skips the setext and reference rules where they cannot match;
+    # where they can, they still apply.
+    text = (
+        "Release\n=======\n\nPhase 1: Setup\n---\n\n- [ ] 1.1 a\n\n[spec]: specs/001/spec.md\n\n"
+        "Phase 2: Ship\n  ---\n\n- [ ] 2.1 b\n"
+    )
+    spec = parse_tasks_md(text)
+    assert spec.title == "Release"
+    assert outline(spec) == [
+        (1, "Setup", [("1.1", "a", "todo")]),
+        (2, "Ship", [("2.1", "b", "todo")]),
+    ]
+
+
+_MD_PIECES = [
+    "", "---", "===", "  ---", "> ---", "> > ===", "> - [ ] T001 x", "para", "- [ ] T001 x",
+    "  - sub", "    code", "\tcode", "```", "~~~", "````md", "- ```", "[a]: /url", "[a", "b]: /u",
+    "  'title'", "[P]: x", "# H", "## Phase 1: A", "#no", "<!--", "-->", "<div>", "1. x", "2) y",
+    "* * *", "_ _ _", "- - -", "- ---", "a -", "\x00", " \t", "- > q", "1. # h",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_MD_PIECES), st.sampled_from(["\n", "\n\n", "\r\n", "\r", " "])),
+        max_size=14,
+    )
+)
+def test_tokens_are_exactly_commonmark_blocks(pieces: list[tuple[str, str]]) -> None:
+    text = "".join(piece + sep for piece, sep in pieces)
+    plain = MarkdownIt("commonmark").disable("inline")
+
+    def blocks(md: MarkdownIt) -> list[tuple[object, ...]]:
+        return [(t.type, t.map, t.content, t.info, t.markup, t.level) for t in md.parse(text)]
+
+    assert blocks(tasks_parser._MD) == blocks(plain)
 
 
 def test_trailing_sections_end_the_last_phase() -> None:

@@ -10,12 +10,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from activities.verify import VerifyActivities
@@ -234,6 +235,34 @@ def test_in_activity_context_heartbeats(tmp_path: Path) -> None:
     assert any("command" in (d[0] if d else {}) for d in beats), beats
 
 
+def test_cancellation_kills_the_command(tmp_path: Path) -> None:
+    """Temporal raises CancelledError into the activity thread; the group still dies."""
+    env = ActivityEnvironment()
+    code = "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(30)"
+    req = VerifyRequest(
+        workspace=str(tmp_path), checks=[{"kind": "command", "argv": [PY, "-c", code]}]
+    )
+    outcome: list[BaseException | VerifyReport] = []
+
+    def target() -> None:
+        try:
+            outcome.append(env.run(VerifyActivities().run_verify_checks, req))
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    for _ in range(100):
+        if (tmp_path / "pid").exists() and (tmp_path / "pid").read_text():
+            break
+        time.sleep(0.05)
+    env.cancel()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert isinstance(outcome[0], CancelledError), outcome
+    _assert_dead(int((tmp_path / "pid").read_text()))
+
+
 # --------------------------------------------------------------------------- files
 
 
@@ -422,12 +451,21 @@ def test_git_changed_without_base_compares_with_head(repo: tuple[Path, str]) -> 
     assert r.passed and "compared against HEAD" in r.message and r.excerpt == "README.md"
 
 
+def test_git_changed_in_a_repository_without_commits(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    assert not one(tmp_path, {"kind": "git_changed"}).passed
+    (tmp_path / "first.py").write_text("")
+    r = one(tmp_path, {"kind": "git_changed"})
+    assert r.passed and r.excerpt == "first.py"
+
+
 def test_git_changed_errors(
     tmp_path_factory: pytest.TempPathFactory, repo: tuple[Path, str]
 ) -> None:
     plain = tmp_path_factory.mktemp("plain")
     r = one(plain, {"kind": "git_changed"}, base_commit="abc")
-    assert not r.passed and "is not a git repository" in r.message and "git init" in r.message
+    assert not r.passed and "is not a usable git repository" in r.message
+    assert "git init" in r.message
     path, _ = repo
     r = one(path, {"kind": "git_changed"}, base_commit="0" * 40)
     assert not r.passed and "is not in the repository" in r.message

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.messages import AuditEntry, NotifyRequest
     from domain.session import SessionState
+    from domain.verify import VerifyReport, VerifyRequest, VerifyResult
 
 __all__ = ["GatedSession", "SA_WORKFLOW", "SA_PHASE", "SA_STATUS"]
 
@@ -181,7 +182,11 @@ class GatedSession:
             problem = state.check_submission(sub)
             if problem is not None:
                 raise problem
-            result, advance = state.record_checkpoint(sub, workflow.now(), via)
+            evaluation = state.evaluate(sub)
+            verify = await self._verify(sub) if state.needs_verify(evaluation) else []
+            result, advance = state.record_checkpoint(
+                sub, workflow.now(), via, evaluation, verify
+            )
             if via == "signal":
                 state.last_signal_error = None
             if advance:
@@ -195,6 +200,41 @@ class GatedSession:
             # keeping the advance's own task (and so its answer) one command lighter.
             self._publish(defer_search_attributes=advance)
             return result
+
+    async def _verify(self, sub: CheckpointSubmission) -> list[VerifyResult]:
+        """Run the gate's workspace checks; a check that cannot run is a failed check."""
+        state = self._state
+        assert state is not None
+        checks = state.current.gate.verify
+        budget = sum(float(c.get("timeout_seconds", 300)) for c in checks if c.get("kind") == "command")
+        try:
+            report: VerifyReport = await workflow.execute_activity(
+                "run_verify_checks",
+                VerifyRequest(
+                    workspace=state.target,
+                    checks=checks,
+                    evidence=sub.evidence,
+                    base_commit=state.ref.base_commit,
+                    session_id=workflow.info().workflow_id,
+                    target=state.target,
+                ),
+                result_type=VerifyReport,
+                start_to_close_timeout=timedelta(seconds=budget + 60),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["verify_invalid"]),
+                summary=f"verify phase {state.current.index}",
+            )
+        except ActivityError as exc:
+            cause = exc.cause.message if isinstance(exc.cause, ApplicationError) else str(exc.cause or exc)
+            return [
+                VerifyResult(
+                    name="verify",
+                    kind="activity",
+                    passed=False,
+                    message=f"the workspace checks could not run: {cause}",
+                )
+            ]
+        return report.results
 
     async def _advance(self) -> None:
         """Complete the current phase; render and enter the next one."""

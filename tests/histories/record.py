@@ -81,7 +81,19 @@ async def main() -> None:
                 await pg.result(sid)
                 await _save(pg, sid, "signals_controls")
 
-                # 3. dynamic session from the example spec, up to continue-as-new
+                # 3. rollback: back to phase 0 after an approval, forward again through the gate
+                sid = await pg.start("mini_v1", home, session_id="rollback")
+                await pg.submit(sid, 0, GOOD_0)
+                await pg.submit(sid, 1, {"plan": "a plan"})
+                await pg.decide(sid, approver="alice", decision="approve")
+                await pg.control(
+                    sid, ControlRequest(action="rollback", to_phase=0, reason="redo", actor="lead")
+                )
+                await pg.submit(sid, 0, {**GOOD_0, "modules_found": 4})
+                await pg.control(sid, ControlRequest(action="retry_phase", reason="r", actor="lead"))
+                await _save(pg, sid, "rollback")
+
+                # 4. dynamic session from the example spec, up to continue-as-new
                 spec = REPO / "examples" / "specs" / "todo-api"
                 sid = await pg.start(
                     "spec_execution_v1",

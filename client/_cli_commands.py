@@ -1,0 +1,418 @@
+"""Command handlers of the ``phasegate`` CLI (the parser and ``main`` are in ``client.cli``).
+
+Remote commands are ``async def name(ctx)`` wrapped by :func:`remote`; commands
+that need no server are plain ``def name(args, settings)``. Every handler
+returns an exit code and raises ``PhasegateError`` for anything a person must fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from client import _cli_render as render
+from domain.errors import PhasegateError
+
+if TYPE_CHECKING:
+    from client.api import PhasegateClient
+    from domain.settings import Settings
+
+EXIT_OK, EXIT_ERROR, EXIT_GATE_FAILED, EXIT_REFUSED = 0, 1, 2, 3
+_FINISHED = ("completed", "abandoned")
+_UNREACHABLE_MARKS = ("connecterror", "connection refused", "tcp connect", "dns error", "timed out")
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def echo(text: str) -> None:
+    print(text, flush=True)
+
+
+def echo_err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _abspath(value: str) -> str:
+    return str(Path(value).expanduser().resolve())
+
+
+def _json_or_text(value: str) -> Any:
+    """``3`` -> 3, ``true`` -> True, ``["a"]`` -> ["a"]; anything else stays a string."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _key_value(item: str, flag: str) -> tuple[str, Any]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise PhasegateError(f"expected key=value, got {item!r}", where=flag)
+    return key.strip(), _json_or_text(value)
+
+
+def _approver(name: str | None) -> str:
+    if name:
+        return name
+    if os.environ.get("PHASEGATE_APPROVER"):
+        return os.environ["PHASEGATE_APPROVER"]
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in a bare container
+        raise PhasegateError("who is deciding?", hint="pass --as NAME") from None
+
+
+def _target_host(settings: Settings) -> str:
+    try:
+        from temporalio.envconfig import ClientConfig
+
+        return str(ClientConfig.load_client_connect_config().get("target_host") or "") or (
+            settings.temporal_address
+        )
+    except (RuntimeError, ValueError, OSError):  # a broken profile must not hide the real error
+        return settings.temporal_address
+
+
+def _unreachable(settings: Settings, detail: str = "") -> PhasegateError:
+    host = _target_host(settings)
+    if detail and not any(m in detail.lower() for m in _UNREACHABLE_MARKS):
+        return PhasegateError(f"cannot connect to Temporal at {host}: {detail}")
+    return PhasegateError(
+        f"cannot reach Temporal at {host}", hint="start it with `phasegate server`"
+    )
+
+
+# ---------------------------------------------------------------- commands needing Temporal
+
+
+class _Ctx:
+    """What a remote command gets: parsed args, settings and a lazy connection."""
+
+    def __init__(self, args: argparse.Namespace, settings: Settings) -> None:
+        self.args = args
+        self.settings = settings
+
+    async def client(self) -> PhasegateClient:
+        from client.api import PhasegateClient
+        from client.connect import connect
+
+        try:
+            temporal = await connect(self.settings)
+        except RuntimeError as exc:  # temporalio: "Failed client connect: ..."
+            raise _unreachable(self.settings, str(exc)) from None
+        return PhasegateClient(temporal, self.settings.task_queue)
+
+    def emit(self, model: Any, text: str) -> None:
+        echo(render.to_json(model) if self.args.json else text)
+
+
+async def start(ctx: _Ctx) -> int:
+    from pydantic import ValidationError
+
+    from domain.messages import SessionOptions
+
+    a = ctx.args
+    opts = dict(_key_value(item, "--option") for item in a.option)
+    if a.spec:
+        opts["spec_path"] = _abspath(a.spec)
+    if a.approver:
+        opts["approvers"] = a.approver
+    try:
+        options = SessionOptions.model_validate(opts)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise PhasegateError(first["msg"], where=f"--option {loc}") from None
+    target = _abspath(a.target) if a.target else ""
+    pg = await ctx.client()
+    sid = await pg.start(
+        a.workflow_type, target, options=options, session_id=a.id, wait=not a.no_wait
+    )
+    view = None if a.no_wait else await pg.status(sid)
+    url = render.ui_url(ctx.settings.ui_port, ctx.settings.namespace, sid)
+    if a.json:
+        data: dict[str, Any] = {"session_id": sid, "status": view.status if view else "starting"}
+        if view:
+            data.update(
+                current_phase=view.current_phase,
+                current_phase_name=view.current_phase_name,
+                total_phases=view.total_phases,
+            )
+        data["ui_url"] = url
+        echo(json.dumps(data, indent=2))
+        return EXIT_OK
+    lines = [f"session {sid}"]
+    if view:
+        lines.append(
+            f"{view.name or view.workflow_type}: {view.total_phases} phases; "
+            f"phase {view.current_phase}: {view.current_phase_name}"
+        )
+        lines.append(f"next: phasegate phase {sid}")
+    else:
+        lines.append(f"starting (check with: phasegate status {sid})")
+    lines.append(f"web UI: {url}")
+    echo("\n".join(lines))
+    return EXIT_OK
+
+
+async def status(ctx: _Ctx) -> int:
+    pg = await ctx.client()
+    view = await pg.status(ctx.args.session_id)
+    ctx.emit(view, render.render_status(ctx.args.session_id, view))
+    return EXIT_OK
+
+
+async def phase(ctx: _Ctx) -> int:
+    from domain.messages import SequenceViolation
+
+    pg = await ctx.client()
+    view = await pg.phase(ctx.args.session_id, ctx.args.phase)
+    if isinstance(view, SequenceViolation):
+        if ctx.args.json:
+            echo(render.to_json(view))
+        echo_err(f"refused: {render.render_violation(ctx.args.session_id, view)}")
+        return EXIT_REFUSED
+    ctx.emit(view, render.render_phase(view))
+    return EXIT_OK
+
+
+async def task(ctx: _Ctx) -> int:
+    from domain.messages import SequenceViolation
+
+    pg = await ctx.client()
+    view = await pg.task(ctx.args.session_id, ctx.args.phase, ctx.args.task)
+    if isinstance(view, SequenceViolation):
+        if ctx.args.json:
+            echo(render.to_json(view))
+        echo_err(f"refused: {render.render_violation(ctx.args.session_id, view)}")
+        return EXIT_REFUSED
+    ctx.emit(view, render.render_task(view))
+    return EXIT_OK
+
+
+def _read_evidence(file: str | None, sets: list[str]) -> dict[str, Any]:
+    evidence: dict[str, Any] = {}
+    if file:
+        where = "stdin" if file == "-" else file
+        try:
+            text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PhasegateError(
+                f"cannot read evidence: {exc.strerror or exc}", where=where
+            ) from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PhasegateError(
+                f"invalid JSON: {exc.msg}",
+                where=f"{where}:{exc.lineno}",
+                hint="evidence is one JSON object",
+            ) from None
+        if not isinstance(data, dict):
+            raise PhasegateError(
+                "evidence must be a JSON object", where=where, hint='e.g. {"tests_run": 12}'
+            )
+        evidence.update(data)
+    evidence.update(_key_value(item, "--set") for item in sets)
+    return evidence
+
+
+async def submit(ctx: _Ctx) -> int:
+    a = ctx.args
+    evidence = _read_evidence(a.file, a.set)  # before connecting: file errors need no server
+    pg = await ctx.client()
+    phase = a.phase if a.phase is not None else (await pg.status(a.session_id)).current_phase
+    result = await pg.submit(a.session_id, phase, evidence, submission_id=a.id)
+    ctx.emit(result, render.render_checkpoint(a.session_id, phase, result))
+    return EXIT_OK if result.passed else EXIT_GATE_FAILED
+
+
+async def decide(ctx: _Ctx) -> int:
+    a = ctx.args
+    name = _approver(a.as_name)
+    pg = await ctx.client()
+    view = await pg.decide(
+        a.session_id, approver=name, decision=a.decision, phase=a.phase, comment=a.comment or ""
+    )
+    verb = "approved" if a.decision == "approve" else "rejected"
+    ctx.emit(view, f"{verb} by {name}\n{render.render_status(a.session_id, view)}")
+    return EXIT_OK
+
+
+async def control(ctx: _Ctx) -> int:
+    from domain.messages import ControlRequest
+
+    a = ctx.args
+    req = ControlRequest(
+        action=a.action, reason=a.reason or "", to_phase=a.to, actor=_approver(a.as_name)
+    )
+    pg = await ctx.client()
+    result = await pg.control(a.session_id, req)
+    ctx.emit(result, render.render_control(result))
+    return EXIT_OK
+
+
+async def list_sessions(ctx: _Ctx) -> int:
+    a = ctx.args
+    pg = await ctx.client()
+    rows = await pg.list(status=a.status, workflow_type=a.workflow, limit=a.limit)
+    ctx.emit(rows, render.render_listings(rows))
+    return EXIT_OK
+
+
+async def watch(ctx: _Ctx) -> int:
+    from datetime import datetime
+
+    from domain.errors import SessionNotActive
+
+    a = ctx.args
+    pg = await ctx.client()
+    last: dict[str, Any] | None = None
+    while True:
+        try:
+            view = await pg.status(a.session_id)
+        except SessionNotActive as exc:
+            if "starting" not in exc.message:
+                raise
+            await asyncio.sleep(a.interval)  # started with --no-wait: not loaded yet
+            continue
+        dump = view.model_dump(mode="json")
+        if dump != last:
+            if a.json:
+                echo(json.dumps(dump))  # one object per line: easy to stream
+            else:
+                stamp = "" if a.once else f"[{datetime.now():%H:%M:%S}] "
+                sep = "\n" if last is not None else ""
+                echo(f"{sep}{stamp}{render.render_status(a.session_id, view)}")
+            last = dump
+        if a.once or view.status in _FINISHED:
+            return EXIT_OK
+        await asyncio.sleep(a.interval)
+
+
+def remote(handler: Callable[[_Ctx], Awaitable[int]]) -> Callable[..., int]:
+    """Run an async command, turning Temporal client failures into phasegate errors."""
+
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        from temporalio.exceptions import WorkflowAlreadyStartedError
+        from temporalio.service import RPCError, RPCStatusCode
+
+        args.temporal = True  # main() skips interpreter shutdown (see its docstring)
+        try:
+            return asyncio.run(handler(_Ctx(args, settings)))
+        except WorkflowAlreadyStartedError as exc:
+            raise PhasegateError(
+                f"session {exc.workflow_id} already exists", hint="pick another --id, or omit it"
+            ) from None
+        except RPCError as exc:
+            if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise _unreachable(settings, exc.message) from None
+            from client.api import error_from
+
+            raise error_from(exc) from None
+
+    return run
+
+
+# ---------------------------------------------------------------- commands without Temporal
+
+
+def server(args: argparse.Namespace, settings: Settings) -> NoReturn:
+    from client.devserver import server_command
+
+    db = _abspath(args.db or str(Path(settings.home) / "temporal.db"))
+    ui_port = None if args.headless else (args.ui_port or settings.ui_port)
+    cmd = server_command(port=args.port, ui_port=ui_port, db=db)
+    echo(f"web UI: http://localhost:{ui_port}" if ui_port else "web UI: off (--headless)")
+    echo(f"phasegate: Temporal dev server on 127.0.0.1:{args.port}, data in {db}")
+    echo("Ctrl-C stops it; in another terminal run `phasegate worker`")
+    os.execv(cmd[0], cmd)  # the server owns the terminal: Ctrl-C and SIGTERM reach it directly
+
+
+def worker(args: argparse.Namespace, settings: Settings) -> int:
+    import logging
+
+    from worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args.temporal = True
+    try:
+        asyncio.run(run_worker(settings))
+    except RuntimeError as exc:
+        if "client connect" in str(exc).lower():
+            raise _unreachable(settings, str(exc)) from None
+        raise
+    return EXIT_OK
+
+
+def spec_parse(args: argparse.Namespace, settings: Settings) -> int:
+    from activities.tasks_parser import parse_tasks_md
+
+    path = Path(args.path).expanduser()
+    if path.is_dir():
+        path = path / "tasks.md"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PhasegateError(
+            f"cannot read spec: {exc.strerror or exc}",
+            where=str(path),
+            hint="pass a tasks.md file or the directory holding it",
+        ) from None
+    spec = parse_tasks_md(data.decode("utf-8", errors="replace"), source=str(path))
+    spec.sha256 = spec.sha256 or hashlib.sha256(data).hexdigest()
+    echo(render.to_json(spec) if args.json else render.render_spec(spec))
+    return EXIT_OK
+
+
+def library_list(args: argparse.Namespace, settings: Settings) -> int:
+    from activities.library import list_workflows
+
+    workflows = list_workflows(settings.library_paths)
+    if args.json:
+        echo(
+            render.to_json(
+                [
+                    {
+                        "workflow_type": w.metadata.workflow_type,
+                        "name": w.metadata.name,
+                        "description": w.metadata.description,
+                        "phases": len(w.metadata.static_phases),
+                        "dynamic": w.metadata.dynamic_phases,
+                        "path": str(w.path),
+                    }
+                    for w in workflows
+                ]
+            )
+        )
+    else:
+        echo(render.render_library(workflows))
+    return EXIT_OK
+
+
+def library_check(args: argparse.Namespace, settings: Settings) -> int:
+    from dataclasses import asdict
+
+    from activities.library import check_library
+
+    report = check_library(args.dir)
+    if args.json:
+        echo(render.to_json(asdict(report)))
+    else:
+        echo(render.render_check(args.dir, report))
+        if not report.workflows and (Path(args.dir) / "metadata.json").is_file():
+            parent = Path(args.dir).resolve().parent
+            echo(
+                f"hint: {args.dir} is one workflow; check its library: "
+                f"phasegate library check {parent}"
+            )
+    return EXIT_ERROR if report.errors else EXIT_OK
