@@ -36,6 +36,10 @@ from domain.spec import ParseWarning, SpecPhase, SpecTask, TaskStatus
 _LIST_LABELS = ("deps", "reqs", "criteria", "desc", "gate")
 
 
+def _paragraphs(parts: list[str]) -> str:
+    return "\n\n".join([p for p in parts if p]).strip() if parts else ""  # most tasks have none
+
+
 def _unique(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values)) if len(values) > 1 else values
 
@@ -73,7 +77,7 @@ class TaskDraft:
         return SpecTask(
             id=self.id or "",
             name=self.name or f"Task {self.id}",
-            description="\n\n".join(d for d in self.desc if d).strip(),
+            description=_paragraphs(self.desc),
             status=self.status,
             optional=self.optional,
             parallel=self.parallel,
@@ -104,7 +108,7 @@ class PhaseDraft:
         return SpecPhase(
             number=self.number,
             name=self.name,
-            description="\n\n".join(d for d in self.desc if d).strip(),
+            description=_paragraphs(self.desc),
             estimated_duration=self.duration,
             tasks=[t.to_model() for t in self.tasks],
             validation_gate=[g for g in self.gate if g],

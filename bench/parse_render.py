@@ -13,6 +13,7 @@ Targets: parse <= 100 ms p50; cached render <= 2 ms p50.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -92,19 +93,21 @@ def _verdict(value: float, target: float) -> str:
 
 
 def main(n_tasks: int, runs: int, renders: int) -> dict[str, float]:
-    tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-"))
-    target, home = tmp / "project", tmp / "home"
-    spec = target / "specs" / "001-generated" / "tasks.md"
-    spec.parent.mkdir(parents=True)
-    spec.write_text(generate_tasks_md(n_tasks), encoding="utf-8")
-
-    samples = measure_parse(spec, home, runs)
-    first, cached = measure_render(spec, target, home, renders)
+    with tempfile.TemporaryDirectory(prefix="phasegate-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        target, home = tmp / "project", tmp / "home"
+        spec = target / "specs" / "001-generated" / "tasks.md"
+        spec.parent.mkdir(parents=True)
+        spec.write_text(generate_tasks_md(n_tasks), encoding="utf-8")
+        size = spec.stat().st_size
+        samples = measure_parse(spec, home, runs)
+        first, cached = measure_render(spec, target, home, renders)
 
     figures = {f"{name}_p50": median(s) for name, s in samples.items()}
     figures |= {f"{name}_best": min(s) for name, s in samples.items()}
     figures |= {"render_first": first, "render_cached_p50": median(cached)}
-    size = spec.stat().st_size
+    load = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} CPUs, 1-min load average {load:.2f} (this run included)")
     print(f"parse: {n_tasks:,} tasks ({size / 1024:.0f} KiB), {runs} interleaved runs each")
     for name, s in samples.items():
         print(

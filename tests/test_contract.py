@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,16 @@ def _example_evidence(content: str) -> dict[str, Any]:
         if isinstance(data, dict):
             return data
     return {}
+
+
+def _workspace_with_passing_tests(root: Path) -> Path:
+    tests = root / "ws" / "tests"
+    tests.mkdir(parents=True)
+    (tests / "conftest.py").write_text("")
+    (tests / "test_repository.py").write_text(
+        "def test_add():\n    assert 1 + 1 == 2\n\n\ndef test_list():\n    assert [1][0] == 1\n"
+    )
+    return root / "ws"
 
 
 def _complete(evidence: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
@@ -63,16 +75,22 @@ def _complete(evidence: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
     ],
 )
 async def test_external_program_completes_each_shipped_workflow(
-    env, settings_for, run_worker, workflow_type, options
+    env, settings_for, run_worker, workflow_type, options, tmp_path, monkeypatch
 ):
     settings = settings_for()
+    target = str(SPEC)
+    if workflow_type == "test_generation_v3":
+        # Its gates check the workspace: the test files named in the examples must exist
+        # and the tests must really pass (run with this virtualenv's python3).
+        target = str(_workspace_with_passing_tests(tmp_path))
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     plain = await Client.connect(
         env.client.service_client.config.target_host, namespace=env.client.namespace
     )
     async with run_worker(settings):
         handle = await plain.start_workflow(
             "GatedSession",
-            {"workflow_type": workflow_type, "target": str(SPEC), "options": options},
+            {"workflow_type": workflow_type, "target": target, "options": options},
             id=f"contract-{workflow_type}-{uuid.uuid4().hex[:6]}",
             task_queue=settings.task_queue,
         )
