@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 from client import _cli_commands as cmd
+from client import _cli_extra as extra
 from client._cli_commands import EXIT_ERROR, EXIT_GATE_FAILED, EXIT_OK, EXIT_REFUSED
 from domain.errors import PhasegateError
 
@@ -178,6 +179,22 @@ def build_parser() -> argparse.ArgumentParser:
     s = lib_sub.add_parser("check", parents=[js], help="load every workflow in DIR")
     s.add_argument("dir", metavar="DIR", help="a library folder (holding <type>/metadata.json)")
     s.set_defaults(func=cmd.library_check)
+
+    s = sub.add_parser("index", parents=[js], help="build the retrieval index (incremental)")
+    s.add_argument("dirs", nargs="*", metavar="DIR", help="standards folders to include")
+    s.set_defaults(func=extra.index)
+    s = sub.add_parser("search", parents=[js], help="query the retrieval index")
+    s.add_argument("query", metavar="QUERY")
+    s.add_argument("--workflow", help="as a session of this workflow type would see it")
+    s.add_argument("--max-phase", type=int, help="hide that workflow's phases after N")
+    s.add_argument("-k", type=int, default=5, help="most results (default 5)")
+    s.add_argument("--tokens", type=int, default=2000, help="token budget (default 2000)")
+    s.add_argument("--dir", dest="dirs", action="append", default=[], help="extra standards folder")
+    s.set_defaults(func=extra.search)
+
+    s = sub.add_parser("mcp", help="run the MCP server for coding agents (stdio by default)")
+    s.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
+    s.set_defaults(func=extra.mcp, temporal=True)
     return p
 
 
