@@ -41,6 +41,7 @@ from domain.messages import (
     SessionPlan,
 )
 from domain.rag import RetrievalQuery, context_sections, pack
+from domain.signing import ApproverKey
 from domain.spec import ParsedSpec, SpecPhase
 
 __all__ = ["DefinitionActivities", "to_application_error"]
@@ -187,6 +188,7 @@ class DefinitionActivities:
             description=meta.description,
             ref=ref,
             first_phase=self.build_phase(wf, ref, 0),
+            approver_keys=_approver_keys(meta, wf),
         )
 
     def build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:
@@ -387,6 +389,19 @@ def _git_head(target: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _approver_keys(meta: Any, wf: WorkflowDir) -> list[ApproverKey]:
+    """``approver_keys: [{name, public_key}]`` from metadata.json (phasegate extension)."""
+    raw = (meta.model_extra or {}).get("approver_keys") or []
+    try:
+        return [ApproverKey.model_validate(k) for k in raw]
+    except ValueError as exc:
+        raise DefinitionError(
+            f"invalid approver_keys: {exc}",
+            where=f"{wf.path / 'metadata.json'}: approver_keys",
+            hint="each entry is {name, public_key} as printed by `phasegate keys export NAME`",
+        ) from None
 
 
 def _phase_number(phase: PhaseDefinition, ref: DefinitionRef) -> int:

@@ -60,6 +60,16 @@ def _key_value(item: str, flag: str) -> tuple[str, Any]:
     return key.strip(), _json_or_text(value)
 
 
+def _approver_key(item: str) -> dict[str, str]:
+    """``NAME=PUBLIC_KEY`` as given, or ``NAME`` for a public key in the local key dir."""
+    if "=" in item:
+        name, _, public = item.partition("=")
+        return {"name": name.strip(), "public_key": public.strip()}
+    from client import keys
+
+    return keys.public_key(item).model_dump()
+
+
 def _approver(name: str | None) -> str:
     if name:
         return name
@@ -126,6 +136,8 @@ async def start(ctx: _Ctx) -> int:
         opts["spec_path"] = _abspath(a.spec)
     if a.approver:
         opts["approvers"] = a.approver
+    if a.approver_key:
+        opts["approver_keys"] = [_approver_key(item) for item in a.approver_key]
     try:
         options = SessionOptions.model_validate(opts)
     except ValidationError as exc:
@@ -237,11 +249,27 @@ async def submit(ctx: _Ctx) -> int:
 
 
 async def decide(ctx: _Ctx) -> int:
+    from client import keys
+
     a = ctx.args
     name = _approver(a.as_name)
     pg = await ctx.client()
+    phase = a.phase if a.phase is not None else (await pg.status(a.session_id)).current_phase
+    nonce = signature = None
+    if (keys.keys_dir(None) / f"{name}.key").is_file():
+        # Holding the approver's private key: sign the decision (session, phase, decision,
+        # comment, fresh nonce). Sessions with signed approvers accept nothing else.
+        nonce, signature = keys.sign_decision(
+            name, session_id=a.session_id, phase=phase, decision=a.decision, comment=a.comment or ""
+        )
     view = await pg.decide(
-        a.session_id, approver=name, decision=a.decision, phase=a.phase, comment=a.comment or ""
+        a.session_id,
+        approver=name,
+        decision=a.decision,
+        phase=phase,
+        comment=a.comment or "",
+        nonce=nonce,
+        signature=signature,
     )
     verb = "approved" if a.decision == "approve" else "rejected"
     ctx.emit(view, f"{verb} by {name}\n{render.render_status(a.session_id, view)}")

@@ -86,3 +86,45 @@ def mcp(args: argparse.Namespace, settings: Settings) -> int:
 
     args.temporal = True
     return mcp_server.main(["--http", str(args.http)] if args.http else [])
+
+
+def keys_new(args: argparse.Namespace, settings: Settings) -> int:
+    """Create an approver's Ed25519 key pair (private key 0600 in the config dir)."""
+    from client import keys
+
+    key = keys.new_key(args.name, overwrite=args.force)
+    if args.json:
+        echo(key.model_dump_json())
+        return EXIT_OK
+    echo(f"created key {args.name!r} ({_fingerprint(key.public_key)})")
+    echo(f"private key: {keys.keys_dir(None) / (args.name + '.key')} (mode 0600; keep it from agents)")
+    echo("public key (give it to whoever starts sessions; `phasegate keys export` prints JSON):")
+    echo(key.public_key)
+    return EXIT_OK
+
+
+def keys_list(args: argparse.Namespace, settings: Settings) -> int:
+    from client import keys
+
+    found = keys.list_keys()
+    if args.json:
+        echo(json.dumps([k.model_dump() for k in found]))
+    elif not found:
+        echo(f"no keys in {keys.keys_dir(None)} (create one: phasegate keys new NAME)")
+    for k in found:
+        echo(f"{k.name:20} {_fingerprint(k.public_key)}  {k.public_key}")
+    return EXIT_OK
+
+
+def keys_export(args: argparse.Namespace, settings: Settings) -> int:
+    """Print ``{name, public_key}``: an entry for ``approver_keys`` (options or metadata.json)."""
+    from client import keys
+
+    echo(keys.public_key(args.name).model_dump_json())
+    return EXIT_OK
+
+
+def _fingerprint(public_key: str) -> str:
+    from domain.signing import fingerprint
+
+    return fingerprint(public_key)

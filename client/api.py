@@ -198,11 +198,24 @@ class PhasegateClient:
         decision: str,
         phase: int | None = None,
         comment: str = "",
+        nonce: str | None = None,
+        signature: str | None = None,
     ) -> SessionView:
-        """Approve or reject the phase awaiting approval (default: the current phase)."""
+        """Approve or reject the phase awaiting approval (default: the current phase).
+
+        Sessions with signed approvers need ``nonce`` and ``signature`` (see
+        ``client.keys.sign_decision``); the CLI signs for you when you hold the key.
+        """
         if phase is None:
             phase = (await self.status(session_id)).current_phase
-        msg = ApprovalDecision(phase=phase, approver=approver, decision=decision, comment=comment)  # type: ignore[arg-type]
+        msg = ApprovalDecision(
+            phase=phase,
+            approver=approver,
+            decision=decision,  # type: ignore[arg-type]
+            comment=comment,
+            nonce=nonce,
+            signature=signature,
+        )
         return await self._update(session_id, GatedSession.decide_approval, msg)
 
     async def control(self, session_id: str, req: ControlRequest) -> ControlResult:

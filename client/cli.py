@@ -98,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="allowed approver (repeatable; overrides the gates' lists)",
     )
     s.add_argument(
+        "--approver-key",
+        action="append",
+        default=[],
+        metavar="NAME[=PUBKEY]",
+        help="signed approver (repeatable): only decisions signed by these keys are accepted",
+    )
+    s.add_argument(
         "--option",
         action="append",
         default=[],
@@ -191,6 +198,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokens", type=int, default=2000, help="token budget (default 2000)")
     s.add_argument("--dir", dest="dirs", action="append", default=[], help="extra standards folder")
     s.set_defaults(func=extra.search)
+
+    keys = sub.add_parser("keys", help="approver signing keys (no server needed)")
+    keys_sub = keys.add_subparsers(
+        dest="keys_command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+    s = keys_sub.add_parser("new", parents=[js], help="create an Ed25519 key pair for NAME")
+    s.add_argument("name", metavar="NAME", help="the approver name the key signs as")
+    s.add_argument("--force", action="store_true", help="replace an existing key")
+    s.set_defaults(func=extra.keys_new)
+    keys_sub.add_parser("list", parents=[js], help="keys in the config dir").set_defaults(
+        func=extra.keys_list
+    )
+    s = keys_sub.add_parser("export", help="print {name, public_key} for approver_keys")
+    s.add_argument("name", metavar="NAME")
+    s.set_defaults(func=extra.keys_export)
 
     s = sub.add_parser("mcp", help="run the MCP server for coding agents (stdio by default)")
     s.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")

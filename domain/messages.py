@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.gates import GateDefinition, Problem
+from domain.signing import ApproverKey
 from domain.verify import VerifyResult
 
 __all__ = [
@@ -79,6 +80,11 @@ class SessionOptions(BaseModel):
     )
     notify_url: str | None = Field(
         None, description="Webhook for overdue approvals; overrides the gate's approval.notify_url."
+    )
+    approver_keys: list[ApproverKey] | None = Field(
+        None,
+        description="Signed approvers (name + Ed25519 public key). When any are named, by "
+        "these options or by the workflow definition, only signed decisions are accepted.",
     )
     prefetch: bool = Field(
         True,
@@ -159,6 +165,9 @@ class SessionPlan(BaseModel):
     description: str = ""
     ref: DefinitionRef
     first_phase: PhaseDefinition
+    approver_keys: list[ApproverKey] = Field(
+        default_factory=list, description="Signed approvers named by the workflow definition."
+    )
 
 
 # -- start --
@@ -218,10 +227,14 @@ class CheckpointResult(BaseModel):
 
 
 class ApprovalDecision(BaseModel):
+    """Input of update ``decide_approval``. Sessions with signed approvers require
+    ``nonce`` and an Ed25519 ``signature`` over ``domain.signing.canonical_message``."""
+
     phase: int
     approver: str
     decision: Literal["approve", "reject"]
     comment: str = ""
+    nonce: str | None = None
     signature: str | None = None
 
 

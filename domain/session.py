@@ -23,6 +23,7 @@ from domain.errors import (
     SessionNotActive,
 )
 from domain.gates import GateEvaluation, Problem, evaluate_gate
+from domain.signing import ApproverKey, check_signed_decision
 from domain.verify import VerifyResult
 from domain.messages import (
     ApprovalDecision,
@@ -88,6 +89,12 @@ class SessionState(BaseModel):
     started_at: datetime | None = None
     updated_at: datetime | None = None
     runs: int = 1
+    approver_keys: list[ApproverKey] = Field(
+        default_factory=list, description="Signed approvers; non-empty means signatures required."
+    )
+    used_nonces: list[str] = Field(
+        default_factory=list, description="Nonces of accepted decisions (replays are refused)."
+    )
 
     # ---- reading -------------------------------------------------------
 
@@ -258,7 +265,9 @@ class SessionState(BaseModel):
             )
         return None
 
-    def check_decision(self, decision: ApprovalDecision) -> SessionError | None:
+    def check_decision(
+        self, decision: ApprovalDecision, session_id: str = ""
+    ) -> SessionError | None:
         if not self.awaiting_approval:
             return ApprovalRefused(
                 f"nothing awaits approval: session is {self.status} on phase {self.current.index}",
@@ -278,6 +287,20 @@ class SessionState(BaseModel):
                 where="approver",
                 hint=f"allowed approvers: {', '.join(allowed)}",
             )
+        if self.approver_keys:
+            reason = check_signed_decision(
+                keys=self.approver_keys,
+                session_id=session_id,
+                phase=decision.phase,
+                decision=decision.decision,
+                approver=decision.approver,
+                comment=decision.comment,
+                nonce=decision.nonce,
+                signature=decision.signature,
+                used_nonces=frozenset(self.used_nonces),
+            )
+            if reason is not None:
+                return ApprovalRefused(reason, where="signature")
         return None
 
     # ---- changing ------------------------------------------------------
@@ -418,6 +441,8 @@ class SessionState(BaseModel):
         )
         self.updated_at = now
         self.approval_due_at = None
+        if decision.nonce:
+            self.used_nonces.append(decision.nonce)
         self.audit.append(
             AuditEntry(
                 at=now,

@@ -19,7 +19,10 @@ in any language can reproduce it. Keys and signatures travel as standard base64
 without newlines.
 
 This module is imported by workflow code: it does no I/O and reads no clock,
-environment or randomness. Ed25519 verification is deterministic.
+environment or randomness. Ed25519 verification is deterministic. Import it
+under ``workflow.unsafe.imports_passed_through()``: importing it primes
+cryptography's native code so a failed verification inside the workflow sandbox
+needs no late import (without that, a forged signature aborted the worker).
 """
 
 from __future__ import annotations
@@ -190,6 +193,28 @@ def canonical_message(
     except UnicodeEncodeError as err:
         raise ValueError(f"approval fields must be valid Unicode text: {err}") from None
     return MESSAGE_PREFIX + body
+
+
+def _prime_native_exception() -> None:
+    """Make cryptography's Rust code resolve ``InvalidSignature`` now, on import.
+
+    The Rust extension looks the exception class up through Python's import
+    system the first time a verification fails, and caches it process-wide. Inside
+    Temporal's workflow sandbox that late import is refused, the extension panics
+    across the FFI boundary and the whole worker process aborts. Failing one
+    verification here, while this module is imported outside the sandbox (passed
+    through), fills the cache first. Deterministic: a fixed key and message.
+    """
+    key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(_PRIME_PUBLIC_KEY_HEX))
+    try:
+        key.verify(bytes(_SIGNATURE_BYTES), MESSAGE_PREFIX)
+    except InvalidSignature:
+        pass
+
+
+# Public key of the Ed25519 seed 00 01 .. 1f (any valid curve point would do).
+_PRIME_PUBLIC_KEY_HEX = "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"
+_prime_native_exception()
 
 
 def verify_signature(*, key: ApproverKey, message: bytes, signature: str) -> bool:

@@ -9,6 +9,9 @@ import ast
 import base64
 import os
 import stat
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -549,3 +552,46 @@ def test_domain_signing_imports_nothing_nondeterministic() -> None:
     assert not imported & FORBIDDEN_IMPORTS
     # Nor through an attribute of the module namespace.
     assert not FORBIDDEN_IMPORTS & set(vars(signing_module))
+
+
+# The workflow sandbox refuses imports made after the workflow module loaded. If
+# cryptography's Rust code first looked up InvalidSignature then, it would panic
+# and abort the worker process (seen on a real dev server before the fix).
+# Simulated here in a fresh interpreter: imports of cryptography are refused
+# after domain.signing has loaded, then a forged signature is verified.
+SANDBOX_SIMULATION = textwrap.dedent(
+    f"""
+    import base64, builtins
+    from domain.signing import ApproverKey, check_signed_decision, verify_signature
+
+    real_import = builtins.__import__
+
+    def refuse_late_imports(name, *args, **kwargs):
+        if name.startswith("cryptography"):
+            raise ImportError("refused like the workflow sandbox: " + name)
+        return real_import(name, *args, **kwargs)
+
+    builtins.__import__ = refuse_late_imports
+    key = ApproverKey(name="alice", public_key="{GOLDEN_PUBLIC_KEY}")
+    forged = base64.b64encode(bytes(range(64))).decode()
+    assert verify_signature(key=key, message=b"x", signature=forged) is False
+    assert check_signed_decision(
+        keys=[key], session_id="s", phase=1, decision="approve", approver="alice",
+        comment="", nonce="n" * 16, signature=forged, used_nonces=set(),
+    ).startswith("signature does not match")
+    print("survived")
+    """
+)
+
+
+def test_failed_verification_needs_no_late_import() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", SANDBOX_SIMULATION],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "survived"

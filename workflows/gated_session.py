@@ -98,6 +98,11 @@ class GatedSession:
                 current=plan.first_phase,
                 started_at=now,
                 updated_at=now,
+                approver_keys=(
+                    start.options.approver_keys
+                    if start.options.approver_keys is not None
+                    else plan.approver_keys
+                ),
             )
         self._publish()
         self._start_prefetch()
@@ -298,7 +303,7 @@ class GatedSession:
         state = self._state
         assert state is not None
         async with self._lock:
-            problem = state.check_decision(decision)
+            problem = state.check_decision(decision, workflow.info().workflow_id)
             if problem is not None:
                 raise ApplicationError(str(problem), problem.details(), type=problem.code)
             if state.record_decision(decision, workflow.now()):
@@ -313,7 +318,7 @@ class GatedSession:
     def _validate_decision(self, decision: ApprovalDecision) -> None:
         if self._state is None:
             raise ApplicationError("session is still starting", type="session_not_active")
-        problem = self._state.check_decision(decision)
+        problem = self._state.check_decision(decision, workflow.info().workflow_id)
         if problem is not None:
             raise ApplicationError(str(problem), problem.details(), type=problem.code)
 

@@ -1,0 +1,143 @@
+"""Signed approvals on a real session: only a decision signed with an approver's private
+key (for this session, this phase, this decision, a fresh nonce) gets past the gate."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from client import keys
+from domain.errors import ApprovalRefused
+from domain.messages import SessionOptions
+
+GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def keydir(tmp_path: Path) -> Path:
+    return tmp_path / "config"
+
+
+async def _awaiting(pg, sid: str) -> None:
+    assert (await pg.submit(sid, 0, GOOD_0)).passed
+    assert (await pg.submit(sid, 1, {"plan": "the plan"})).awaiting_approval
+
+
+async def test_only_valid_signatures_pass(session_env, tmp_path, keydir):
+    pg, _ = session_env
+    alice = keys.new_key("alice", directory=keydir)
+    keys.new_key("mallory", directory=keydir)
+    options = SessionOptions(approver_keys=[alice])
+    sid = await pg.start("mini_v1", str(tmp_path), options=options)
+    other = await pg.start("mini_v1", str(tmp_path), options=options)
+    await _awaiting(pg, sid)
+
+    def signed(name: str, session: str = sid, phase: int = 1, decision: str = "approve", comment=""):
+        nonce, sig = keys.sign_decision(
+            name, session_id=session, phase=phase, decision=decision, comment=comment, directory=keydir
+        )
+        return {"nonce": nonce, "signature": sig}
+
+    async def refused(reason: str, **kw) -> None:
+        kw.setdefault("approver", "alice")
+        kw.setdefault("decision", "approve")
+        with pytest.raises(ApprovalRefused) as err:
+            await pg.decide(sid, phase=1, **kw)
+        assert reason in str(err.value), str(err.value)
+
+    await refused("not signed")  # unsigned
+    forged = base64.b64encode(os.urandom(64)).decode()
+    await refused("does not match", nonce="n" * 24, signature=forged)  # forged signature
+    await refused("does not match", **signed("mallory"))  # mallory's key, claiming alice
+    await refused("may not approve", approver="mallory", **signed("mallory"))  # not alice
+    await refused("does not match", **signed("alice", session=other))  # another session
+    await refused("does not match", **signed("alice", phase=0))  # another phase
+    await refused("does not match", decision="reject", **signed("alice"))  # another decision
+    await refused("does not match", comment="swapped", **signed("alice", comment="orig"))
+
+    good = signed("alice", comment="ship it")
+    view = await pg.decide(sid, approver="alice", decision="approve", phase=1, comment="ship it", **good)
+    assert view.current_phase == 2 and view.approvals[-1].approver == "alice"
+
+    # The same signed message again (a replay) is refused on a later approval too.
+    status = await pg.status(sid)
+    assert status.status == "active"
+    with pytest.raises(ApprovalRefused):
+        await pg.decide(sid, approver="alice", decision="approve", phase=2, **good)
+
+
+async def test_unknown_key_when_no_allowlist(session_env, tmp_path, keydir):
+    pg, _ = session_env
+    alice = keys.new_key("alice", directory=keydir)
+    keys.new_key("mallory", directory=keydir)
+    sid = await pg.start(
+        "mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice], approvers=[])
+    )
+    await _awaiting(pg, sid)
+    nonce, sig = keys.sign_decision(
+        "mallory", session_id=sid, phase=1, decision="approve", directory=keydir
+    )
+    with pytest.raises(ApprovalRefused) as err:
+        await pg.decide(sid, approver="mallory", decision="approve", phase=1, nonce=nonce, signature=sig)
+    assert "unknown approver" in str(err.value)
+
+
+async def test_replayed_nonce_refused_across_continue_as_new(session_env, tmp_path, keydir):
+    pg, _ = session_env
+    alice = keys.new_key("alice", directory=keydir)
+    sid = await pg.start(
+        "mini_v1",
+        str(tmp_path),
+        options=SessionOptions(approver_keys=[alice], continue_as_new_after_events=10),
+    )
+    first_run = (await pg.handle(sid).describe()).run_id
+    await _awaiting(pg, sid)
+    nonce, sig = keys.sign_decision(
+        "alice", session_id=sid, phase=1, decision="reject", comment="redo", directory=keydir
+    )
+    await pg.decide(sid, approver="alice", decision="reject", phase=1, comment="redo",
+                    nonce=nonce, signature=sig)
+    for i in range(3):  # grow history: continue-as-new happens
+        await pg.submit(sid, 1, {"plan": ""}, submission_id=f"bad-{i}")
+    assert (await pg.submit(sid, 1, {"plan": "plan two"})).awaiting_approval
+    assert (await pg.handle(sid).describe()).run_id != first_run
+    with pytest.raises(ApprovalRefused) as err:  # the old signed reject, replayed
+        await pg.decide(sid, approver="alice", decision="reject", phase=1, comment="redo",
+                        nonce=nonce, signature=sig)
+    assert "nonce already used" in str(err.value)
+
+
+async def test_cli_approve_signs_with_the_local_key(env, session_env, tmp_path, keydir):
+    pg, settings = session_env
+    alice = keys.new_key("alice", directory=keydir)
+    sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice]))
+    await _awaiting(pg, sid)
+    base = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "PHASEGATE_TASK_QUEUE": settings.task_queue,
+        "PHASEGATE_HOME": settings.home,
+    }
+
+    def approve(config: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # run in a thread: the worker shares this event loop
+            [sys.executable, "-m", "client.cli", "approve", sid, "--as", "alice", "--comment", "ok"],
+            cwd=REPO, env={**base, "PHASEGATE_CONFIG_DIR": str(config)},
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )
+
+    # An agent without alice's private key: the CLI sends an unsigned decision, refused.
+    agent = await asyncio.to_thread(approve, tmp_path / "agent-config")
+    assert agent.returncode == 1 and "not signed" in agent.stderr
+    assert (await pg.status(sid)).status == "awaiting_approval"
+    # alice, holding her key: signed and accepted.
+    human = await asyncio.to_thread(approve, keydir)
+    assert human.returncode == 0, human.stderr
+    assert (await pg.status(sid)).current_phase == 2
