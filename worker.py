@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -22,7 +24,9 @@ from activities import DefinitionActivities
 from activities.notify import notify_webhook
 from activities.rag import RagActivities
 from activities.verify import VerifyActivities
+from domain.errors import PhasegateError
 from domain.rag import RetrievalQuery, RetrievedChunk
+from domain.signing import ApproverKey
 from domain.settings import Settings
 from workflows import GatedSession
 
@@ -41,6 +45,21 @@ class _LazyRetriever:
         return self._rag.retrieve_context(q)
 
 
+def load_approver_keys(path: str | None) -> list[ApproverKey]:
+    """The deployment's signed approvers from a JSON file ``[{name, public_key}, ...]``."""
+    if not path:
+        return []
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return [ApproverKey.model_validate(item) for item in data]
+    except (OSError, ValueError, TypeError) as exc:
+        raise PhasegateError(
+            f"cannot load approver keys: {exc}",
+            where=path,
+            hint="a JSON list of {name, public_key} (phasegate keys export NAME prints one)",
+        ) from None
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -55,6 +74,7 @@ def build_worker(
         retriever=_LazyRetriever(rag),
         context_tokens=settings.context_tokens,
         context_k=settings.context_k,
+        approver_keys=load_approver_keys(settings.approver_keys_file),
     )
     verify = VerifyActivities()
     return Worker(

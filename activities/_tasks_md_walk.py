@@ -32,7 +32,7 @@ from activities._tasks_md_text import (
     parse_label,
     plain_heading,
 )
-from activities._tasks_md_tree import LISTS, Node, first_line, item_text, list_texts
+from activities._tasks_md_tree import LISTS, Node, drain, first_line, item_text, list_texts
 from domain.spec import ParseWarning
 
 
@@ -84,8 +84,8 @@ class PhaseHeadingWalker:
         self.section = ""  # the non-phase section we are in, for warnings
 
     def run(self, nodes: list[Node]) -> list[PhaseDraft]:
-        """Walk the top-level blocks; returns the phases found."""
-        for node in nodes:
+        """Walk the top-level blocks, draining ``nodes``; returns the phases found."""
+        for node in drain(nodes):
             if node.type == "heading":
                 self.heading(node)
             elif self.gate_target is not None:

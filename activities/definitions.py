@@ -68,7 +68,9 @@ class DefinitionActivities:
         retriever: Retriever | None = None,
         context_tokens: int = 1200,
         context_k: int = 5,
+        approver_keys: list[ApproverKey] | None = None,
     ) -> None:
+        self.deployment_keys = list(approver_keys or [])
         self.retriever = retriever
         self.context_tokens = context_tokens
         self.context_k = context_k
@@ -188,7 +190,7 @@ class DefinitionActivities:
             description=meta.description,
             ref=ref,
             first_phase=self.build_phase(wf, ref, 0),
-            approver_keys=_approver_keys(meta, wf),
+            approver_keys=[*self.deployment_keys, *_approver_keys(meta, wf)],
         )
 
     def build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:

@@ -22,7 +22,7 @@ import hashlib
 
 from activities._tasks_md_markdown import block_parser
 from activities._tasks_md_text import plain_heading
-from activities._tasks_md_tree import LISTS, Node, build_tree, item_text
+from activities._tasks_md_tree import LISTS, Node, build_tree, drain, item_text
 from activities._tasks_md_walk import PhaseHeadingWalker, phase_layout, walk_numbered
 from domain.errors import SpecParseError
 from domain.spec import ParsedSpec, ParseWarning
@@ -74,13 +74,14 @@ def _parse(text: str, source: str) -> ParsedSpec:
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     if not text.strip():
         raise SpecParseError("the file is empty", source=source, line=1, hint=EXPECTED_FORMAT_HINT)
-    nodes = build_tree(_MD.parse(text))
+    nodes = build_tree(_MD.parse(text))  # each stage drains the one before: see drain()
     title = next(
         (plain_heading(n.content) for n in nodes if n.type == "heading" and n.level == 1), ""
     )
     warnings: list[ParseWarning] = []
     layout = phase_layout(nodes)
     if layout is not None:
+        # Drains nodes; a layout means some heading opens a phase, so no _best_line below.
         drafts = PhaseHeadingWalker(*layout, warnings).run(nodes)
     else:
         drafts = walk_numbered(nodes, title, warnings)
@@ -103,7 +104,7 @@ def _parse(text: str, source: str) -> ParsedSpec:
     return ParsedSpec(
         source=source,
         title=title,
-        phases=[p.to_model() for p in drafts],
+        phases=[p.to_model() for p in drain(drafts)],
         warnings=warnings,
         sha256=digest,
     )

@@ -51,6 +51,11 @@ class Settings(BaseModel):
         1200, ge=0, description="Token budget of a phase view's context (PHASEGATE_CONTEXT_TOKENS)."
     )
     context_k: int = Field(5, ge=0, description="Most chunks in a phase view's context.")
+    approver_keys_file: str | None = Field(
+        None,
+        description="JSON list of signed approvers [{name, public_key}] that every session on "
+        "this worker requires (PHASEGATE_APPROVER_KEYS). Session options cannot replace them.",
+    )
 
     @property
     def rag_db(self) -> str:
@@ -79,4 +84,5 @@ class Settings(BaseModel):
             ui_port=int(env.get("PHASEGATE_UI_PORT") or 8233),
             standards_dirs=[p for p in env.get("PHASEGATE_STANDARDS", "").split(pathsep) if p],
             context_tokens=int(env.get("PHASEGATE_CONTEXT_TOKENS") or 1200),
+            approver_keys_file=env.get("PHASEGATE_APPROVER_KEYS") or None,
         )

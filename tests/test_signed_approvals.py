@@ -141,3 +141,37 @@ async def test_cli_approve_signs_with_the_local_key(env, session_env, tmp_path, 
     human = await asyncio.to_thread(approve, keydir)
     assert human.returncode == 0, human.stderr
     assert (await pg.status(sid)).current_phase == 2
+
+
+async def test_deployment_keys_cannot_be_replaced_by_the_starter(
+    env, settings_for, run_worker, tmp_path, keydir
+):
+    """An agent that starts its own session and names its own key still cannot approve."""
+    import json as _json
+
+    from client.api import PhasegateClient
+
+    lead = keys.new_key("lead", directory=keydir)
+    agent_dir = tmp_path / "agent"
+    agent_key = keys.new_key("lead", directory=agent_dir)  # same name, the agent's own key pair
+    keys_file = tmp_path / "approvers.json"
+    keys_file.write_text(_json.dumps([lead.model_dump()]))
+    fixtures = REPO / "tests" / "fixtures" / "library"
+    settings = settings_for(fixtures, approver_keys_file=str(keys_file))
+    async with run_worker(settings):
+        pg = PhasegateClient(env.client, settings.task_queue)
+        sid = await pg.start(
+            "mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[agent_key], approvers=["lead"])
+        )
+        await _awaiting(pg, sid)
+        nonce, sig = keys.sign_decision(
+            "lead", session_id=sid, phase=1, decision="approve", directory=agent_dir
+        )
+        with pytest.raises(ApprovalRefused) as err:
+            await pg.decide(sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig)
+        assert "does not match" in str(err.value)
+        nonce, sig = keys.sign_decision(
+            "lead", session_id=sid, phase=1, decision="approve", directory=keydir
+        )
+        view = await pg.decide(sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig)
+        assert view.current_phase == 2

@@ -98,11 +98,9 @@ class GatedSession:
                 current=plan.first_phase,
                 started_at=now,
                 updated_at=now,
-                approver_keys=(
-                    start.options.approver_keys
-                    if start.options.approver_keys is not None
-                    else plan.approver_keys
-                ),
+                # Keys from the deployment or the definition bind every session; only
+                # where there are none may the starter name signed approvers.
+                approver_keys=plan.approver_keys or list(start.options.approver_keys or []),
             )
         self._publish()
         self._start_prefetch()
