@@ -38,4 +38,4 @@ async def main(address: str, task_queue: str, library: str, home: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:5]))
+    _common.run(main(*sys.argv[1:5]))

@@ -25,3 +25,15 @@ def ms(seconds: float) -> str:
 
 def median(samples: list[float]) -> float:
     return statistics.median(samples)
+
+
+def run(coro) -> None:  # noqa: ANN001 - a coroutine
+    """asyncio.run, then leave without interpreter finalisation, which the Temporal core's
+    native threads can abort (temporalio/sdk-python#300) after all figures are printed."""
+    import asyncio
+    import os
+
+    asyncio.run(coro)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -36,11 +36,16 @@ from domain.settings import Settings
 from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
 
 
-def write_library(root: Path, phases: int) -> None:
-    """A static workflow of ``phases`` phases, each with a real gate and a task."""
-    wdir = root / "bench_v1"
+def write_library(
+    root: Path, phases: int, *, workflow_type: str = "bench_v1", verify: str = ""
+) -> None:
+    """A static workflow of ``phases`` phases, each with a real gate and a task.
+
+    ``verify`` is appended to every gate (a YAML ``verify:`` block), for the verify bench.
+    """
+    wdir = root / workflow_type
     meta = {
-        "workflow_type": "bench_v1",
+        "workflow_type": workflow_type,
         "name": "Benchmark workflow",
         "phases": [
             {"phase_number": i, "phase_name": f"Step {i}",
@@ -64,7 +69,7 @@ def write_library(root: Path, phases: int) -> None:
             "  done: {type: boolean, required: true, validator: is_true}\n"
             "  files_changed: {type: list, required: true, min_length: 1}\n"
             "  summary: {type: string, required: true, min_length: 10}\n"
-            "validators:\n  is_true: 'lambda x: x == True'\n"
+            "validators:\n  is_true: 'lambda x: x == True'\n" + verify
         )
 
 
@@ -154,4 +159,4 @@ if __name__ == "__main__":
     parser.add_argument("--no-prefetch", action="store_true",
                         help="render each next phase on demand (options.prefetch = false)")
     args = parser.parse_args()
-    asyncio.run(main(args.phases, args.warmup, args.think_ms / 1000, not args.no_prefetch))
+    _common.run(main(args.phases, args.warmup, args.think_ms / 1000, not args.no_prefetch))

@@ -11,6 +11,8 @@ BENCHES = [
     ["advance_latency.py"],
     ["advance_latency.py", "--no-prefetch", "--phases", "120"],
     ["parse_render.py"],
+    ["verify_latency.py"],
+    ["rag_bench.py"],
 ]
 
 if __name__ == "__main__":

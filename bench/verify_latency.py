@@ -1,0 +1,92 @@
+"""Added latency of a workspace check: a passing checkpoint whose gate runs one trivial
+verify command (``true``) vs the same checkpoint without it.
+
+Same dev server, same worker process (apart from this client), same run, interleaved
+pairs. Prints p50/p95 of each and the ratio.
+
+    .venv/bin/python bench/verify_latency.py [--phases 120]
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (sys.path)
+
+import argparse
+import asyncio
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from _common import ms, pct
+from advance_latency import write_library
+from client.api import PhasegateClient
+from client.devserver import temporal_binary
+from domain.messages import CheckpointSubmission
+from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
+
+VERIFY = (
+    "verify:\n"
+    "  - {name: trivial, kind: command, argv: ['true'], timeout_seconds: 30}\n"
+)
+
+
+async def main(phases: int, warmup: int, think: float) -> float:
+    tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-"))
+    write_library(tmp / "lib", phases, workflow_type="plain_v1")
+    write_library(tmp / "lib", phases, workflow_type="verified_v1", verify=VERIFY)
+    async with await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
+        data_converter=pydantic_data_converter,
+    ) as env:
+        client = env.client
+        worker = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("_bench_worker.py")),
+             client.service_client.config.target_host, "bench", str(tmp / "lib"), str(tmp / "home")],
+            stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+            pg = PhasegateClient(client, "bench")
+            plain = pg.handle(await pg.start("plain_v1", str(tmp)))
+            checked = pg.handle(await pg.start("verified_v1", str(tmp)))
+            evidence = {"done": True, "files_changed": ["a.py"], "summary": "did the work well"}
+            plain_t: list[float] = []
+            checked_t: list[float] = []
+            for i in range(phases - 1):
+                sub = CheckpointSubmission(phase=i, evidence=evidence)
+                t0 = time.perf_counter()
+                a = await plain.execute_update(GatedSession.submit_checkpoint, sub)
+                t1 = time.perf_counter()
+                b = await checked.execute_update(GatedSession.submit_checkpoint, sub)
+                t2 = time.perf_counter()
+                assert a.passed and b.passed and b.verify and b.verify[0].passed
+                if i >= warmup:
+                    plain_t.append(t1 - t0)
+                    checked_t.append(t2 - t1)
+                await asyncio.sleep(think)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+    ratio = pct(checked_t, 50) / pct(plain_t, 50)
+    print(f"checkpoint latency over {len(plain_t)} interleaved pairs (after {warmup} warm-up)")
+    print(f"  without verify        p50 {ms(pct(plain_t, 50))}   p95 {ms(pct(plain_t, 95))}")
+    print(f"  one trivial command   p50 {ms(pct(checked_t, 50))}   p95 {ms(pct(checked_t, 95))}"
+          "   (activity: spawn `true`, collect, record)")
+    print(f"  ratio with/without p50 = {ratio:.2f}x  (added {ms(pct(checked_t, 50) - pct(plain_t, 50))})")
+    return ratio
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phases", type=int, default=120)
+    parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--think-ms", type=float, default=50.0)
+    args = parser.parse_args()
+    _common.run(main(args.phases, args.warmup, args.think_ms / 1000))
