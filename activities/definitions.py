@@ -9,10 +9,13 @@ activity so advancing costs no extra server round trip.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import re
 import subprocess
+import threading
+from pathlib import Path
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -75,6 +78,8 @@ class DefinitionActivities:
         self.context_tokens = context_tokens
         self.context_k = context_k
         self.library_paths = list(library_paths)
+        self._rendered: dict[tuple[str, int], tuple[tuple[int, int], PhaseDefinition]] = {}
+        self._cache_lock = threading.Lock()
         self.snapshots = SnapshotStore(home)
         self.renderer = Renderer()
         # Warms this process's caches (compiled templates, gates) for the phase after
@@ -194,6 +199,22 @@ class DefinitionActivities:
         )
 
     def build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:
+        """Phase ``index`` rendered; served from a cache until a file of the workflow changes
+        (the spec snapshot never changes: it is addressed by its hash)."""
+        key = (ref.model_dump_json(), index)
+        stamp = _tree_stamp(wf.path)
+        with self._cache_lock:
+            hit = self._rendered.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        phase = self._build_phase(wf, ref, index)
+        with self._cache_lock:
+            if len(self._rendered) > 256:
+                self._rendered.clear()
+            self._rendered[key] = (stamp, phase)
+        return phase
+
+    def _build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:
         if not 0 <= index < ref.total_phases:
             raise DefinitionError(f"phase {index} does not exist (0..{ref.total_phases - 1})")
         session = {
@@ -360,6 +381,7 @@ _EXAMPLE_HEADING = re.compile(r"\b(evidence|example)\b", re.I)
 _MD = MarkdownIt("commonmark").disable("inline")
 
 
+@functools.lru_cache(maxsize=1024)
 def example_evidence(markdown: str) -> str | None:
     """The first fenced ``json`` block under an "Evidence" / "Example" heading, if any."""
     under_example = in_heading = False
@@ -391,6 +413,21 @@ def _git_head(target: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _tree_stamp(root: Path) -> tuple[int, int]:
+    """(newest mtime, file count) of a workflow directory: changes when any file does."""
+    newest = count = 0
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    count += 1
+                    newest = max(newest, entry.stat().st_mtime_ns)
+    return newest, count
 
 
 def _approver_keys(meta: Any, wf: WorkflowDir) -> list[ApproverKey]:

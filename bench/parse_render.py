@@ -1,9 +1,9 @@
 """Parse and render cost of a big spec: a generated 1,000-task tasks.md.
 
-Parse: markdown-it-py tokenising alone (the parser's own ``MarkdownIt``, the
-floor any token-based parser pays), ``parse_tasks_md``, and parse + JSON
-snapshot (``SnapshotStore.take``); the three are interleaved round by round so
-drift hits all alike. Render: one dynamic phase of ``spec_execution_v1``,
+Parse: markdown-it-py tokenising alone (the parser's own ``MarkdownIt``: the
+share no change to the parser's own code removes), ``parse_tasks_md``, and
+parse + JSON snapshot (``SnapshotStore.take``), interleaved round by round so
+drift hits all three alike. Render: one dynamic phase of ``spec_execution_v1``,
 first render (nothing cached) vs cached. All figures come from this one run.
 Targets: parse <= 100 ms p50; cached render <= 2 ms p50.
 
