@@ -26,11 +26,11 @@ from activities.rag import RagActivities
 from activities.verify import VerifyActivities
 from domain.errors import PhasegateError
 from domain.rag import RetrievalQuery, RetrievedChunk
-from domain.signing import ApproverKey
 from domain.settings import Settings
+from domain.signing import ApproverKey
 from workflows import GatedSession
 
-__all__ = ["WORKFLOWS", "build_worker", "run_worker", "main"]
+__all__ = ["WORKFLOWS", "build_worker", "main", "run_worker"]
 
 WORKFLOWS: Sequence[type] = (GatedSession,)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import json
+import logging
 import os
 import re
 import subprocess
@@ -119,16 +120,31 @@ class DefinitionActivities:
             return phase
         own = _phase_number(phase, ref)
         try:
-            context = self._search(ref.workflow_type, own, f"{phase.name} {_lead(phase.content)}",
-                                   self.context_k, self.context_tokens)
+            context = self._search(
+                ref.workflow_type,
+                own,
+                f"{phase.name} {_lead(phase.content)}",
+                self.context_k,
+                self.context_tokens,
+            )
             tasks = [
-                t.model_copy(update={"context": self._search(
-                    ref.workflow_type, own, f"{t.name} {_lead(t.content)}",
-                    max(1, self.context_k // 2), self.context_tokens // 2)})
+                t.model_copy(
+                    update={
+                        "context": self._search(
+                            ref.workflow_type,
+                            own,
+                            f"{t.name} {_lead(t.content)}",
+                            max(1, self.context_k // 2),
+                            self.context_tokens // 2,
+                        )
+                    }
+                )
                 for t in phase.tasks
             ]
         except Exception as exc:  # noqa: BLE001 - context is an aid, not a gate
-            activity.logger.warning("context retrieval failed: %s", exc) if activity.in_activity() else None
+            activity.logger.warning(
+                "context retrieval failed: %s", exc
+            ) if activity.in_activity() else None
             return phase
         return phase.model_copy(update={"context": context, "tasks": tasks})
 
@@ -140,7 +156,8 @@ class DefinitionActivities:
             text=text, workflow_type=workflow_type, max_phase=own, k=k + 3, token_budget=budget * 2
         )
         found = [
-            c for c in self.retriever.search(query)
+            c
+            for c in self.retriever.search(query)
             if not (c.workflow_type == workflow_type and c.phase == own)
         ]
         return [s.model_dump() for s in context_sections(pack(found, budget, k))]
@@ -152,8 +169,8 @@ class DefinitionActivities:
     def _warm_now(self, ref: DefinitionRef, index: int) -> None:
         try:
             self.build_phase(find_workflow(ref.workflow_type, self.library_paths), ref, index)
-        except Exception:  # noqa: BLE001 - best effort; the real render reports errors
-            pass
+        except Exception as exc:  # noqa: BLE001 - best effort; the real render reports errors
+            logging.getLogger(__name__).debug("warm-up of phase %s failed: %s", index, exc)
 
     # ---- plain methods (also used by the CLI and tests) ------------------
 
@@ -228,7 +245,9 @@ class DefinitionActivities:
         spec = self.snapshots.get(ref.snapshot_id, ref.spec_source)
         return self._dynamic_phase(wf, session, spec, index, index - ref.static_phase_count)
 
-    def _static_phase(self, wf: WorkflowDir, session: dict[str, Any], index: int) -> PhaseDefinition:
+    def _static_phase(
+        self, wf: WorkflowDir, session: dict[str, Any], index: int
+    ) -> PhaseDefinition:
         meta_phase = wf.metadata.static_phases[index]
         pdir = static_phase_dir(wf.path, meta_phase)
         label = str(meta_phase.phase_number)
@@ -249,7 +268,10 @@ class DefinitionActivities:
             body = self.renderer.render(path, _task_context(ctx, task_ctx))
             tasks.append(
                 RenderedTask(
-                    id=str(t.task_number), number=k, name=t.name or _first_heading(body), content=body
+                    id=str(t.task_number),
+                    number=k,
+                    name=t.name or _first_heading(body),
+                    content=body,
                 )
             )
         gate = load_gate_file(pdir / "gate-definition.yaml", fallback_markdown=content)
@@ -377,7 +399,7 @@ def _dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDe
     )
 
 
-_EXAMPLE_HEADING = re.compile(r"\b(evidence|example)\b", re.I)
+_EXAMPLE_HEADING = re.compile(r"\b(evidence|example)\b", re.IGNORECASE)
 _MD = MarkdownIt("commonmark").disable("inline")
 
 
@@ -408,7 +430,10 @@ def _git_head(target: str) -> str | None:
     try:
         out = subprocess.run(
             ["git", "-C", target, "rev-parse", "--verify", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -448,12 +473,16 @@ def _phase_number(phase: PhaseDefinition, ref: DefinitionRef) -> int:
     for a dynamic phase, the last static phase (all static docs are behind it)."""
     if phase.index < ref.static_phase_count and phase.label.isdigit():
         return int(phase.label)
-    return max(ref.static_phase_count - 1, 0) if phase.index >= ref.static_phase_count else phase.index
+    return (
+        max(ref.static_phase_count - 1, 0) if phase.index >= ref.static_phase_count else phase.index
+    )
 
 
 def _lead(markdown: str, limit: int = 400) -> str:
     """The first prose of a document, for a retrieval query."""
-    lines = [ln.strip("#>*- ") for ln in markdown.splitlines() if ln.strip() and not ln.startswith("```")]
+    lines = [
+        ln.strip("#>*- ") for ln in markdown.splitlines() if ln.strip() and not ln.startswith("```")
+    ]
     return " ".join(lines)[:limit]
 
 

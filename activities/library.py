@@ -27,14 +27,14 @@ T = TypeVar("T")
 
 __all__ = [
     "WorkflowDir",
+    "check_library",
     "find_workflow",
     "list_workflows",
-    "load_metadata",
     "load_gate_file",
+    "load_metadata",
+    "read_text",
     "static_phase_dir",
     "static_phase_tasks",
-    "read_text",
-    "check_library",
 ]
 
 _TASK_FILE = re.compile(r"^task-(\d+)(?:-(.*))?\.md$")
@@ -155,14 +155,16 @@ def load_gate_file(path: Path, *, fallback_markdown: str | None = None) -> GateD
     if not path.is_file():
         if fallback_markdown is None:
             return GateDefinition(source=f"{path} (absent)")
-        return gate_from_markdown(fallback_markdown, source=f"{path.parent / 'phase.md'} (fallback)")
+        return gate_from_markdown(
+            fallback_markdown, source=f"{path.parent / 'phase.md'} (fallback)"
+        )
     return _memo("gate", path, lambda: _load_gate_yaml(path))
 
 
 def _load_gate_yaml(path: Path) -> GateDefinition:
     text = read_text(path)
     try:
-        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+        data = yaml.load(text, Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -228,13 +230,13 @@ def check_library(library_dir: str) -> CheckReport:
             report.errors.append(f"{meta_file}: no phases defined")
         for phase in meta.static_phases:
             pdir = static_phase_dir(wdir, phase)
-            _collect(report, lambda: renderer.check(pdir / "phase.md"))
+            _collect(report, lambda pdir=pdir: renderer.check(pdir / "phase.md"))
             for _, task_file in static_phase_tasks(wdir, phase):
                 _collect(report, lambda f=task_file: renderer.check(f))
             gate_file = pdir / "gate-definition.yaml"
             if not gate_file.is_file():
                 report.warnings.append(f"{gate_file}: absent; requirements parsed from phase.md")
-            _collect(report, lambda: _gate_with_text(pdir))
+            _collect(report, lambda pdir=pdir: _gate_with_text(pdir))
         if meta.dynamic_phases:
             cfg = meta.dynamic_config
             if cfg is None:
@@ -245,10 +247,10 @@ def check_library(library_dir: str) -> CheckReport:
                 if not tpl:
                     report.errors.append(f"{meta_file}: dynamic_config.templates.{key} missing")
                     continue
-                _collect(report, lambda t=tpl: renderer.check(wdir / t))
+                _collect(report, lambda t=tpl, wdir=wdir: renderer.check(wdir / t))
             base = wdir / "phases" / "dynamic" / "gate-definition.yaml"
             if base.is_file():
-                _collect(report, lambda: load_gate_file(base))
+                _collect(report, lambda base=base: load_gate_file(base))
     return report
 
 
@@ -258,7 +260,7 @@ def _gate_with_text(pdir: Path) -> GateDefinition:
     return load_gate_file(pdir / "gate-definition.yaml", fallback_markdown=text)
 
 
-def _collect(report: CheckReport, fn) -> None:  # noqa: ANN001 - tiny local helper
+def _collect(report: CheckReport, fn) -> None:
     try:
         fn()
     except DefinitionError as exc:

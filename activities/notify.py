@@ -22,7 +22,9 @@ def notify_webhook(req: NotifyRequest) -> int:
     tries again; a malformed URL fails at once (non-retryable).
     """
     if not req.url.startswith(("http://", "https://")):
-        raise ApplicationError(f"not an http(s) URL: {req.url}", type="notify_invalid", non_retryable=True)
+        raise ApplicationError(
+            f"not an http(s) URL: {req.url}", type="notify_invalid", non_retryable=True
+        )
     body = json.dumps(req.payload, default=str).encode()
     request = urllib.request.Request(
         req.url,
@@ -31,9 +33,11 @@ def notify_webhook(req: NotifyRequest) -> int:
         headers={"Content-Type": "application/json", "User-Agent": "phasegate"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - http(s) only
+        with urllib.request.urlopen(request, timeout=10) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
-        raise ApplicationError(f"{req.url} answered HTTP {exc.code}", type="notify_failed") from None
+        raise ApplicationError(
+            f"{req.url} answered HTTP {exc.code}", type="notify_failed"
+        ) from None
     except (urllib.error.URLError, OSError) as exc:
         raise ApplicationError(f"{req.url} unreachable: {exc}", type="notify_failed") from None

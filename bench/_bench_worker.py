@@ -8,16 +8,15 @@ separate processes), so the two do not share one interpreter lock.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sys.path)
-
 import asyncio
 import concurrent.futures
 import signal
 import sys
 
+import _common
+from baseline import RawUpdateWorkflow
 from temporalio.worker import Worker
 
-from baseline import RawUpdateWorkflow
 from client.connect import connect
 from domain.settings import Settings
 from worker import build_worker

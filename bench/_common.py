@@ -27,7 +27,7 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-def run(coro) -> None:  # noqa: ANN001 - a coroutine
+def run(coro) -> None:
     """asyncio.run, then leave without interpreter finalisation, which the Temporal core's
     native threads can abort (temporalio/sdk-python#300) after all figures are printed."""
     import asyncio

@@ -10,8 +10,6 @@ and the ratio. Target: advance p50 <= 1.3x raw p50.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sys.path)
-
 import argparse
 import asyncio
 import json
@@ -23,12 +21,13 @@ import time
 import uuid
 from pathlib import Path
 
+import _common
+from _common import ms, pct
+from baseline import RawUpdateWorkflow
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from _common import ms, pct
-from baseline import RawUpdateWorkflow
 from client.api import PhasegateClient
 from client.devserver import temporal_binary
 from domain.messages import CheckpointSubmission, SessionOptions
@@ -48,8 +47,11 @@ def write_library(
         "workflow_type": workflow_type,
         "name": "Benchmark workflow",
         "phases": [
-            {"phase_number": i, "phase_name": f"Step {i}",
-             "tasks": [{"task_number": 1, "name": "Do it", "file": "task-1-do.md"}]}
+            {
+                "phase_number": i,
+                "phase_name": f"Step {i}",
+                "tasks": [{"task_number": 1, "name": "Do it", "file": "task-1-do.md"}],
+            }
             for i in range(phases)
         ],
     }
@@ -114,18 +116,26 @@ async def main(
 ) -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-"))
     write_library(tmp / "lib", phases)
-    settings = Settings(task_queue="bench", home=str(tmp / "home"), library_paths=[str(tmp / "lib")])
+    settings = Settings(
+        task_queue="bench", home=str(tmp / "home"), library_paths=[str(tmp / "lib")]
+    )
     async with await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
         data_converter=pydantic_data_converter,
     ) as env:
         client = env.client
-        worker = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("_bench_worker.py")),
-             client.service_client.config.target_host, settings.task_queue,
-             settings.library_paths[0], settings.home],
-            stdout=subprocess.PIPE, text=True,
+        worker = subprocess.Popen(  # noqa: ASYNC220 - once, before measuring
+            [
+                sys.executable,
+                str(Path(__file__).with_name("_bench_worker.py")),
+                client.service_client.config.target_host,
+                settings.task_queue,
+                settings.library_paths[0],
+                settings.home,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
@@ -134,8 +144,10 @@ async def main(
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
     figures = {
-        "raw_p50": pct(raw_t, 50), "raw_p95": pct(raw_t, 95),
-        "advance_p50": pct(adv_t, 50), "advance_p95": pct(adv_t, 95),
+        "raw_p50": pct(raw_t, 50),
+        "raw_p95": pct(raw_t, 95),
+        "advance_p50": pct(adv_t, 50),
+        "advance_p95": pct(adv_t, 95),
     }
     figures["ratio_p50"] = figures["advance_p50"] / figures["raw_p50"]
     print(
@@ -143,8 +155,10 @@ async def main(
         f"{think * 1000:.0f} ms agent think time between pairs, prefetch {'on' if prefetch else 'off'})"
     )
     print(f"  raw update          p50 {ms(figures['raw_p50'])}   p95 {ms(figures['raw_p95'])}")
-    print(f"  submit_checkpoint   p50 {ms(figures['advance_p50'])}   p95 {ms(figures['advance_p95'])}"
-          "   (gate + artifact + next phase rendered and returned)")
+    print(
+        f"  submit_checkpoint   p50 {ms(figures['advance_p50'])}   p95 {ms(figures['advance_p95'])}"
+        "   (gate + artifact + next phase rendered and returned)"
+    )
     verdict = "OK" if figures["ratio_p50"] <= 1.3 else "OVER TARGET"
     print(f"  ratio advance/raw p50 = {figures['ratio_p50']:.2f}x  (target <= 1.30x: {verdict})")
     return figures
@@ -154,9 +168,16 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--think-ms", type=float, default=50.0,
-                        help="pause after each pair, as an agent works between checkpoints")
-    parser.add_argument("--no-prefetch", action="store_true",
-                        help="render each next phase on demand (options.prefetch = false)")
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=50.0,
+        help="pause after each pair, as an agent works between checkpoints",
+    )
+    parser.add_argument(
+        "--no-prefetch",
+        action="store_true",
+        help="render each next phase on demand (options.prefetch = false)",
+    )
     args = parser.parse_args()
     _common.run(main(args.phases, args.warmup, args.think_ms / 1000, not args.no_prefetch))

@@ -9,8 +9,6 @@ pairs. Prints p50/p95 of each and the ratio.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sys.path)
-
 import argparse
 import asyncio
 import signal
@@ -20,20 +18,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import _common
+from _common import ms, pct
+from advance_latency import write_library
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from _common import ms, pct
-from advance_latency import write_library
 from client.api import PhasegateClient
 from client.devserver import temporal_binary
 from domain.messages import CheckpointSubmission
 from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
 
-VERIFY = (
-    "verify:\n"
-    "  - {name: trivial, kind: command, argv: ['true'], timeout_seconds: 30}\n"
-)
+VERIFY = "verify:\n  - {name: trivial, kind: command, argv: ['true'], timeout_seconds: 30}\n"
 
 
 async def main(phases: int, warmup: int, think: float) -> float:
@@ -46,10 +42,17 @@ async def main(phases: int, warmup: int, think: float) -> float:
         data_converter=pydantic_data_converter,
     ) as env:
         client = env.client
-        worker = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("_bench_worker.py")),
-             client.service_client.config.target_host, "bench", str(tmp / "lib"), str(tmp / "home")],
-            stdout=subprocess.PIPE, text=True,
+        worker = subprocess.Popen(  # noqa: ASYNC220 - once, before measuring
+            [
+                sys.executable,
+                str(Path(__file__).with_name("_bench_worker.py")),
+                client.service_client.config.target_host,
+                "bench",
+                str(tmp / "lib"),
+                str(tmp / "home"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
@@ -77,9 +80,13 @@ async def main(phases: int, warmup: int, think: float) -> float:
     ratio = pct(checked_t, 50) / pct(plain_t, 50)
     print(f"checkpoint latency over {len(plain_t)} interleaved pairs (after {warmup} warm-up)")
     print(f"  without verify        p50 {ms(pct(plain_t, 50))}   p95 {ms(pct(plain_t, 95))}")
-    print(f"  one trivial command   p50 {ms(pct(checked_t, 50))}   p95 {ms(pct(checked_t, 95))}"
-          "   (activity: spawn `true`, collect, record)")
-    print(f"  ratio with/without p50 = {ratio:.2f}x  (added {ms(pct(checked_t, 50) - pct(plain_t, 50))})")
+    print(
+        f"  one trivial command   p50 {ms(pct(checked_t, 50))}   p95 {ms(pct(checked_t, 95))}"
+        "   (activity: spawn `true`, collect, record)"
+    )
+    print(
+        f"  ratio with/without p50 = {ratio:.2f}x  (added {ms(pct(checked_t, 50) - pct(plain_t, 50))})"
+    )
     return ratio
 
 

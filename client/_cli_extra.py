@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from domain.settings import Settings
 
 
-def _rag(settings: Settings, extra_dirs: list[str]):  # noqa: ANN202 - RagActivities
+def _rag(settings: Settings, extra_dirs: list[str]):
     from pathlib import Path
 
     from activities.rag import RagActivities
@@ -22,7 +22,7 @@ def _rag(settings: Settings, extra_dirs: list[str]):  # noqa: ANN202 - RagActivi
     return RagActivities(settings.rag_db, settings.library_paths, dirs)
 
 
-def _reindex(settings: Settings, dirs: list[str]):  # noqa: ANN202 - IndexReport
+def _reindex(settings: Settings, dirs: list[str]):
     rag = _rag(settings, dirs)
     try:
         return rag.reindex()
@@ -46,11 +46,10 @@ def index(args: argparse.Namespace, settings: Settings) -> int:
 
 def search(args: argparse.Namespace, settings: Settings) -> int:
     """Query the retrieval index the way a phase's context is built."""
-    from domain.rag import RetrievalQuery
-
     from pathlib import Path
 
     from activities.rag import FtsIndex
+    from domain.rag import RetrievalQuery
 
     if args.dirs or not Path(settings.rag_db).is_file():
         _reindex(settings, args.dirs)  # build it first
@@ -73,7 +72,9 @@ def search(args: argparse.Namespace, settings: Settings) -> int:
         echo("no matches (try other words, or `phasegate index` after adding documents)")
     for i, c in enumerate(chunks, start=1):
         where = f"{c.workflow_type} phase {c.phase}" if c.workflow_type else "standards"
-        echo(f"{i}. {' > '.join(c.heading_path) or c.file}  [{where}, {c.tokens} tokens, score {c.score:.2f}]")
+        echo(
+            f"{i}. {' > '.join(c.heading_path) or c.file}  [{where}, {c.tokens} tokens, score {c.score:.2f}]"
+        )
         echo(f"   {c.file}:{c.line}")
         snippet = " ".join(c.text.split())[:200]
         echo(f"   {snippet}")
@@ -97,7 +98,9 @@ def keys_new(args: argparse.Namespace, settings: Settings) -> int:
         echo(key.model_dump_json())
         return EXIT_OK
     echo(f"created key {args.name!r} ({_fingerprint(key.public_key)})")
-    echo(f"private key: {keys.keys_dir(None) / (args.name + '.key')} (mode 0600; keep it from agents)")
+    echo(
+        f"private key: {keys.keys_dir(None) / (args.name + '.key')} (mode 0600; keep it from agents)"
+    )
     echo("public key (give it to whoever starts sessions; `phasegate keys export` prints JSON):")
     echo(key.public_key)
     return EXIT_OK

@@ -123,7 +123,9 @@ class PhasegateClient:
         session_id = session_id or f"{workflow_type}-{uuid.uuid4().hex[:10]}"
         await self.temporal.start_workflow(
             GatedSession.run,
-            StartSession(workflow_type=workflow_type, target=target, options=options or SessionOptions()),
+            StartSession(
+                workflow_type=workflow_type, target=target, options=options or SessionOptions()
+            ),
             id=session_id,
             task_queue=self.task_queue,
             static_summary=f"phasegate `{workflow_type}` session on `{target or '-'}`",
@@ -155,20 +157,28 @@ class PhasegateClient:
                 except WorkflowFailureError as exc:
                     raise error_from(exc) from None
             if asyncio.get_running_loop().time() > deadline:
-                raise SessionError(f"session {session_id} did not start within {timeout:.0f}s",
-                                   hint="is a phasegate worker running? (phasegate worker)")
+                raise SessionError(
+                    f"session {session_id} did not start within {timeout:.0f}s",
+                    hint="is a phasegate worker running? (phasegate worker)",
+                )
             await asyncio.sleep(0.05)
 
     async def status(self, session_id: str) -> SessionView:
         return await self._query(session_id, GatedSession.status)
 
-    async def phase(self, session_id: str, phase: int | None = None) -> PhaseView | SequenceViolation:
+    async def phase(
+        self, session_id: str, phase: int | None = None
+    ) -> PhaseView | SequenceViolation:
         if phase is None:
             phase = (await self.status(session_id)).current_phase
         return await self._query(session_id, GatedSession.phase, PhaseQuery(phase=phase))
 
-    async def task(self, session_id: str, phase: int, task: str | int) -> TaskView | SequenceViolation:
-        return await self._query(session_id, GatedSession.task, TaskQuery(phase=phase, task=str(task)))
+    async def task(
+        self, session_id: str, phase: int, task: str | int
+    ) -> TaskView | SequenceViolation:
+        return await self._query(
+            session_id, GatedSession.task, TaskQuery(phase=phase, task=str(task))
+        )
 
     async def submit(
         self,
@@ -182,8 +192,14 @@ class PhasegateClient:
         sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
         return await self._update(session_id, GatedSession.submit_checkpoint, sub, submission_id)
 
-    async def signal_checkpoint(self, session_id: str, phase: int, evidence: dict[str, Any],
-                                *, submission_id: str | None = None) -> None:
+    async def signal_checkpoint(
+        self,
+        session_id: str,
+        phase: int,
+        evidence: dict[str, Any],
+        *,
+        submission_id: str | None = None,
+    ) -> None:
         sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
         try:
             await self.handle(session_id).signal(GatedSession.checkpoint, sub)

@@ -215,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=extra.keys_export)
 
     s = sub.add_parser("mcp", help="run the MCP server for coding agents (stdio by default)")
-    s.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
+    s.add_argument(
+        "--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT"
+    )
     s.set_defaults(func=extra.mcp, temporal=True)
     return p
 

@@ -11,7 +11,7 @@ from temporalio.envconfig import ClientConfig
 
 from domain.settings import Settings
 
-__all__ = ["REPO_ROOT", "SHIPPED_LIBRARY", "load_settings", "connect"]
+__all__ = ["REPO_ROOT", "SHIPPED_LIBRARY", "connect", "load_settings"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_LIBRARY = str(REPO_ROOT / "library")

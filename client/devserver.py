@@ -15,11 +15,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 from domain.errors import PhasegateError
 from domain.settings import SEARCH_ATTRIBUTES
 
-__all__ = ["temporal_binary", "free_port", "server_command", "DevServer"]
+__all__ = ["DevServer", "free_port", "server_command", "temporal_binary"]
 
 
 def temporal_binary() -> str:
@@ -108,11 +109,14 @@ class DevServer:
     def ui_url(self) -> str | None:
         return f"http://localhost:{self.ui_port}" if self.ui_port else None
 
-    def start(self, timeout: float = 30.0) -> DevServer:
+    def start(self, timeout: float = 30.0) -> Self:
         cmd = server_command(port=self.port, ui_port=self.ui_port, db=self.db, extra=self.extra)
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         _wait_port("127.0.0.1", self.port, self.proc, timeout)
@@ -127,7 +131,7 @@ class DevServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
 
-    def __enter__(self) -> DevServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

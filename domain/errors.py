@@ -24,19 +24,19 @@ what the CLI prints. Activities turn these into non-retryable
 from __future__ import annotations
 
 __all__ = [
-    "PhasegateError",
-    "DefinitionError",
-    "WorkflowNotFound",
-    "TemplateNotFound",
-    "GateDefinitionError",
-    "SpecParseError",
-    "ExpressionError",
-    "SessionError",
-    "PhaseSequenceViolation",
-    "SessionNotActive",
-    "PayloadTooLarge",
-    "ApprovalRefused",
     "ERROR_TYPES",
+    "ApprovalRefused",
+    "DefinitionError",
+    "ExpressionError",
+    "GateDefinitionError",
+    "PayloadTooLarge",
+    "PhaseSequenceViolation",
+    "PhasegateError",
+    "SessionError",
+    "SessionNotActive",
+    "SpecParseError",
+    "TemplateNotFound",
+    "WorkflowNotFound",
 ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["TaskMetadata", "PhaseMetadata", "DynamicConfig", "WorkflowMetadata"]
+__all__ = ["DynamicConfig", "PhaseMetadata", "TaskMetadata", "WorkflowMetadata"]
 
 
 class TaskMetadata(BaseModel):

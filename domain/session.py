@@ -23,13 +23,11 @@ from domain.errors import (
     SessionNotActive,
 )
 from domain.gates import GateEvaluation, Problem, evaluate_gate
-from domain.signing import ApproverKey, check_signed_decision
-from domain.verify import VerifyResult
 from domain.messages import (
     ApprovalDecision,
-    AuditEntry,
     ApprovalRecord,
     Attempt,
+    AuditEntry,
     CheckpointResult,
     CheckpointSubmission,
     CompletedPhase,
@@ -49,8 +47,10 @@ from domain.messages import (
     TaskSummary,
     TaskView,
 )
+from domain.signing import ApproverKey, check_signed_decision
+from domain.verify import VerifyResult
 
-__all__ = ["SessionState", "evidence_size", "MAX_REMEMBERED_SUBMISSIONS"]
+__all__ = ["MAX_REMEMBERED_SUBMISSIONS", "SessionState", "evidence_size"]
 
 MAX_REMEMBERED_SUBMISSIONS = 1000
 MAX_ATTEMPTS_KEPT = 50

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Settings", "TASK_QUEUE", "SEARCH_ATTRIBUTES"]
+__all__ = ["SEARCH_ATTRIBUTES", "TASK_QUEUE", "Settings"]
 
 TASK_QUEUE = "phasegate"
 

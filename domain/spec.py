@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["TaskStatus", "SpecTask", "SpecPhase", "ParsedSpec", "ParseWarning"]
+__all__ = ["ParseWarning", "ParsedSpec", "SpecPhase", "SpecTask", "TaskStatus"]
 
 TaskStatus = Literal["todo", "done", "in_progress", "skipped"]
 """Checkbox state: ``[ ]`` todo, ``[x]``/``[X]`` done, ``[-]`` in progress, ``[~]`` skipped."""
@@ -19,17 +19,23 @@ TaskStatus = Literal["todo", "done", "in_progress", "skipped"]
 class SpecTask(BaseModel):
     """One task of a phase, as written in tasks.md."""
 
-    id: str = Field(description="Task id as written: '1.1', 'T001', 'P1-T2'; '<phase>.<k>' if none.")
+    id: str = Field(
+        description="Task id as written: '1.1', 'T001', 'P1-T2'; '<phase>.<k>' if none."
+    )
     name: str = Field(description="Short title (bold markers and ids stripped).")
     description: str = Field("", description="Free text under the task, metadata bullets removed.")
     status: TaskStatus = "todo"
     optional: bool = Field(False, description="A trailing '*' marked the task optional.")
     parallel: bool = Field(False, description="Marked [P]: may run in parallel.")
-    stories: list[str] = Field(default_factory=list, description="User story markers, e.g. ['US1'].")
+    stories: list[str] = Field(
+        default_factory=list, description="User story markers, e.g. ['US1']."
+    )
     estimated_time: str = ""
     dependencies: list[str] = Field(default_factory=list)
     acceptance_criteria: list[str] = Field(default_factory=list)
-    requirements: list[str] = Field(default_factory=list, description="From _Requirements: 1.1, 2.3_.")
+    requirements: list[str] = Field(
+        default_factory=list, description="From _Requirements: 1.1, 2.3_."
+    )
     line: int = Field(description="1-based line of the task in the file.")
 
 

@@ -22,12 +22,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from client.api import PhasegateClient  # noqa: E402
-from client.connect import connect, load_settings  # noqa: E402
-from client.devserver import DevServer  # noqa: E402
-from domain.errors import PhasegateError  # noqa: E402
-from domain.messages import GateView, PhaseView, SequenceViolation, SessionOptions  # noqa: E402
-from worker import build_worker  # noqa: E402
+from client.api import PhasegateClient
+from client.connect import connect, load_settings
+from client.devserver import DevServer
+from domain.errors import PhasegateError
+from domain.messages import GateView, PhaseView, SequenceViolation, SessionOptions
+from worker import build_worker
 
 SPEC = REPO / "examples" / "specs" / "todo-api"
 BOLD, DIM, GREEN, RED, RESET = (
@@ -131,7 +131,9 @@ async def walk(pg: PhasegateClient, ui_url: str | None) -> str:
 
     step("The lead approves the plan")
     status = await pg.decide(sid, approver="lead", decision="approve", comment="plan looks right")
-    say(f"approved by lead; session now on phase {status.current_phase}: {status.current_phase_name}")
+    say(
+        f"approved by lead; session now on phase {status.current_phase}: {status.current_phase_name}"
+    )
 
     while status.status == "active":
         view = await pg.phase(sid)
@@ -142,7 +144,9 @@ async def walk(pg: PhasegateClient, ui_url: str | None) -> str:
             lines = task.content.splitlines()  # type: ignore[union-attr]
             first = next((ln for ln in lines if ln.strip() and not ln.startswith("#")), "")
             say(f"   task {t.id}: {t.name} {DIM}{first[:60]}{RESET}")
-        result = await pg.submit(sid, view.phase, evidence_for(view), submission_id=f"{sid}-{view.phase}")
+        result = await pg.submit(
+            sid, view.phase, evidence_for(view), submission_id=f"{sid}-{view.phase}"
+        )
         mark = f"{GREEN}passed{RESET}" if result.passed else f"{RED}failed{RESET}"
         say(f"checkpoint {mark}; evidence fields: {', '.join(sorted(evidence_for(view)))}")
         if not result.passed:
@@ -153,7 +157,9 @@ async def walk(pg: PhasegateClient, ui_url: str | None) -> str:
 
     summary = await pg.result(sid)
     step("Done")
-    say(f"{GREEN}session {summary.status}{RESET}: phases {summary.completed_phases} of {summary.total_phases}")
+    say(
+        f"{GREEN}session {summary.status}{RESET}: phases {summary.completed_phases} of {summary.total_phases}"
+    )
     if ui_url:
         say(f"Web UI: {ui_url}/namespaces/default/workflows/{sid}")
     return sid
@@ -170,7 +176,9 @@ async def main() -> int:
         port = 7233 if not _listening("127.0.0.1:7233") else None
         ui_port = settings.ui_port if not _listening(f"127.0.0.1:{settings.ui_port}") else None
         server = DevServer(
-            port=port, ui_port=ui_port or 0 or None, db=str(home / "temporal.db"),
+            port=port,
+            ui_port=ui_port or 0 or None,
+            db=str(home / "temporal.db"),
             log_file=str(home / "temporal.log"),
         )
         say(f"starting the embedded Temporal dev server (data: {home / 'temporal.db'}) ...")
@@ -184,7 +192,9 @@ async def main() -> int:
         pg = PhasegateClient(client, settings.task_queue)
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
             async with build_worker(client, settings, executor=pool):
-                say(f"worker running on task queue {settings.task_queue!r} at {settings.temporal_address}")
+                say(
+                    f"worker running on task queue {settings.task_queue!r} at {settings.temporal_address}"
+                )
                 await walk(pg, ui_url)
     finally:
         if server is not None:

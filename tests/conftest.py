@@ -23,8 +23,8 @@ from client.api import PhasegateClient
 from client.connect import SHIPPED_LIBRARY
 from client.devserver import temporal_binary
 from domain.settings import Settings
-from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
 from worker import build_worker
+from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -37,7 +37,10 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_binary(),
         search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
         data_converter=pydantic_data_converter,
-        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "frontend.WorkflowTimeSkippingEnabled=true",
+        ],
     ) as environment:
         yield environment
 

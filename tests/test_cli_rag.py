@@ -15,7 +15,13 @@ def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PHASEGATE_HOME": str(home)}
     return subprocess.run(
         [sys.executable, "-m", "client.cli", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -35,7 +41,13 @@ def test_index_then_search(tmp_path: Path) -> None:
     hits = json.loads(found.stdout)
     assert hits and hits[0]["heading_path"][-1] == "Structured logs"
     hidden = _cli(
-        "search", "coverage", "--workflow", "test_generation_v3", "--max-phase", "1", "--json",
+        "search",
+        "coverage",
+        "--workflow",
+        "test_generation_v3",
+        "--max-phase",
+        "1",
+        "--json",
         home=tmp_path,
     )
     for hit in json.loads(hidden.stdout):

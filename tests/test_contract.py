@@ -25,7 +25,7 @@ from temporalio.client import Client
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "examples" / "specs" / "todo-api"
-_JSON_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.S)
+_JSON_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.DOTALL)
 
 
 def _example_evidence(content: str) -> dict[str, Any]:
@@ -111,13 +111,20 @@ async def test_external_program_completes_each_shipped_workflow(
                 ahead = await handle.query("phase", {"phase": expected + 1})
                 assert ahead["error"] == "phase_sequence_violation"
             evidence = _complete(_example_evidence(view["content"]), view)
-            result = await handle.execute_update("submit_checkpoint", {"phase": expected, "evidence": evidence})
+            result = await handle.execute_update(
+                "submit_checkpoint", {"phase": expected, "evidence": evidence}
+            )
             assert result["passed"], (workflow_type, expected, result["problems"])
             if result["awaiting_approval"]:
                 approvers = view["gate"]["approvers"] or ["lead"]
                 decided = await handle.execute_update(
                     "decide_approval",
-                    {"phase": expected, "approver": approvers[0], "decision": "approve", "comment": "ok"},
+                    {
+                        "phase": expected,
+                        "approver": approvers[0],
+                        "decision": "approve",
+                        "comment": "ok",
+                    },
                 )
                 approvals += 1
                 assert decided["current_phase"] == min(expected + 1, total - 1)

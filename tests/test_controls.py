@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from domain.errors import PhaseSequenceViolation, PhasegateError, SessionNotActive
+from domain.errors import PhasegateError, PhaseSequenceViolation, SessionNotActive
 from domain.messages import ControlRequest, PhaseView, SequenceViolation, SessionStatus
 from workflows.gated_session import _details_markdown
 
@@ -26,7 +26,9 @@ async def test_pause_resume_retry_are_audited(session_env, tmp_path):
     await pg.submit(sid, 0, {"modules_found": 0})
     await pg.submit(sid, 0, {})
     assert (await pg.status(sid)).attempts == 2
-    result = await pg.control(sid, ControlRequest(action="retry_phase", reason="fresh start", actor="bob"))
+    result = await pg.control(
+        sid, ControlRequest(action="retry_phase", reason="fresh start", actor="bob")
+    )
     assert result.status == "active" and (await pg.status(sid)).attempts == 0
     await pg.control(sid, ControlRequest(action="pause", reason="review", actor="bob"))
     with pytest.raises(SessionNotActive):
@@ -49,7 +51,8 @@ async def test_rollback_keeps_superseded_artifacts(session_env, tmp_path):
     sid = await pg.start("mini_v1", str(tmp_path))
     await _to_phase_2(pg, sid)
     result = await pg.control(
-        sid, ControlRequest(action="rollback", to_phase=0, reason="wrong module count", actor="lead")
+        sid,
+        ControlRequest(action="rollback", to_phase=0, reason="wrong module count", actor="lead"),
     )
     assert result.current_phase == 0 and result.status == "active"
     view = await pg.status(sid)

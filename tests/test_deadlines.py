@@ -10,6 +10,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import pytest_asyncio
@@ -19,8 +20,8 @@ from temporalio.testing import WorkflowEnvironment
 from client.api import PhasegateClient
 from client.devserver import temporal_binary
 from domain.messages import SessionOptions, SessionView
-from workflows.gated_session import DEADLINE_ACTOR, SA_PHASE, SA_STATUS, SA_WORKFLOW
 from worker import build_worker
+from workflows.gated_session import DEADLINE_ACTOR, SA_PHASE, SA_STATUS, SA_WORKFLOW
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "library"
 
@@ -41,10 +42,10 @@ async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 class _Hook(BaseHTTPRequestHandler):
-    received: list[dict] = []
+    received: ClassVar[list[dict]] = []
     fail_first = 0
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         cls = type(self)
         if cls.fail_first > 0:
@@ -72,7 +73,9 @@ def webhook() -> Iterator[tuple[str, type[_Hook]]]:
         server.server_close()
 
 
-async def _wait_status(pg: PhasegateClient, sid: str, wanted: str, timeout: float = 30) -> SessionView:
+async def _wait_status(
+    pg: PhasegateClient, sid: str, wanted: str, timeout: float = 30
+) -> SessionView:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -107,7 +110,9 @@ async def test_overdue_approval_escalates_and_notifies(ts_env, settings_for, web
             actions = [(a.action, a.actor) for a in view.audit]
             assert ("escalate", DEADLINE_ACTOR) in actions and ("notify", DEADLINE_ACTOR) in actions
             # Overdue is still approvable, by an allowed approver only.
-            view = await pg.decide(sid, approver="lead", decision="approve", comment="late but fine")
+            view = await pg.decide(
+                sid, approver="lead", decision="approve", comment="late but fine"
+            )
             assert view.status == "active" and view.current_phase == 1
 
 

@@ -134,6 +134,8 @@ async def _chain_histories(pg: PhasegateClient, sid: str, run_id: str | None):
         yield history
         last = history.events[-1]
         attrs = last.workflow_execution_continued_as_new_event_attributes
-        run_id = attrs.new_execution_run_id if last.HasField(
-            "workflow_execution_continued_as_new_event_attributes"
-        ) else None
+        run_id = (
+            attrs.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else None
+        )

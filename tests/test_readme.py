@@ -13,7 +13,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_readme_gate_examples_load() -> None:
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), re.DOTALL)
     assert len(blocks) >= 2
     for block in blocks:
         gate = load_gate(yaml.safe_load(block), source="README.md")

@@ -136,9 +136,7 @@ async def test_future_content_never_leaks(session_env, tmp_path):
 
 async def test_protocol_violations_never_touch_history(session_env, tmp_path):
     pg, _ = session_env
-    sid = await pg.start(
-        "mini_v1", str(tmp_path), options=SessionOptions(max_evidence_bytes=200)
-    )
+    sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(max_evidence_bytes=200))
     with pytest.raises(PhaseSequenceViolation):
         await pg.submit(sid, 1, GOOD_0)
     with pytest.raises(PayloadTooLarge) as err:
@@ -275,7 +273,7 @@ async def test_dynamic_session_snapshot(session_env, tmp_path):
 
 
 async def test_visibility_search_attributes(session_env, tmp_path):
-    pg, settings = session_env
+    pg, _ = session_env
     sid = await pg.start("mini_v1", str(tmp_path))
     await pg.submit(sid, 0, GOOD_0)
     from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW

@@ -39,9 +39,16 @@ async def test_only_valid_signatures_pass(session_env, tmp_path, keydir):
     other = await pg.start("mini_v1", str(tmp_path), options=options)
     await _awaiting(pg, sid)
 
-    def signed(name: str, session: str = sid, phase: int = 1, decision: str = "approve", comment=""):
+    def signed(
+        name: str, session: str = sid, phase: int = 1, decision: str = "approve", comment=""
+    ):
         nonce, sig = keys.sign_decision(
-            name, session_id=session, phase=phase, decision=decision, comment=comment, directory=keydir
+            name,
+            session_id=session,
+            phase=phase,
+            decision=decision,
+            comment=comment,
+            directory=keydir,
         )
         return {"nonce": nonce, "signature": sig}
 
@@ -63,7 +70,9 @@ async def test_only_valid_signatures_pass(session_env, tmp_path, keydir):
     await refused("does not match", comment="swapped", **signed("alice", comment="orig"))
 
     good = signed("alice", comment="ship it")
-    view = await pg.decide(sid, approver="alice", decision="approve", phase=1, comment="ship it", **good)
+    view = await pg.decide(
+        sid, approver="alice", decision="approve", phase=1, comment="ship it", **good
+    )
     assert view.current_phase == 2 and view.approvals[-1].approver == "alice"
 
     # The same signed message again (a replay) is refused on a later approval too.
@@ -85,7 +94,9 @@ async def test_unknown_key_when_no_allowlist(session_env, tmp_path, keydir):
         "mallory", session_id=sid, phase=1, decision="approve", directory=keydir
     )
     with pytest.raises(ApprovalRefused) as err:
-        await pg.decide(sid, approver="mallory", decision="approve", phase=1, nonce=nonce, signature=sig)
+        await pg.decide(
+            sid, approver="mallory", decision="approve", phase=1, nonce=nonce, signature=sig
+        )
     assert "unknown approver" in str(err.value)
 
 
@@ -102,15 +113,29 @@ async def test_replayed_nonce_refused_across_continue_as_new(session_env, tmp_pa
     nonce, sig = keys.sign_decision(
         "alice", session_id=sid, phase=1, decision="reject", comment="redo", directory=keydir
     )
-    await pg.decide(sid, approver="alice", decision="reject", phase=1, comment="redo",
-                    nonce=nonce, signature=sig)
+    await pg.decide(
+        sid,
+        approver="alice",
+        decision="reject",
+        phase=1,
+        comment="redo",
+        nonce=nonce,
+        signature=sig,
+    )
     for i in range(3):  # grow history: continue-as-new happens
         await pg.submit(sid, 1, {"plan": ""}, submission_id=f"bad-{i}")
     assert (await pg.submit(sid, 1, {"plan": "plan two"})).awaiting_approval
     assert (await pg.handle(sid).describe()).run_id != first_run
     with pytest.raises(ApprovalRefused) as err:  # the old signed reject, replayed
-        await pg.decide(sid, approver="alice", decision="reject", phase=1, comment="redo",
-                        nonce=nonce, signature=sig)
+        await pg.decide(
+            sid,
+            approver="alice",
+            decision="reject",
+            phase=1,
+            comment="redo",
+            nonce=nonce,
+            signature=sig,
+        )
     assert "nonce already used" in str(err.value)
 
 
@@ -128,9 +153,24 @@ async def test_cli_approve_signs_with_the_local_key(env, session_env, tmp_path, 
 
     def approve(config: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(  # run in a thread: the worker shares this event loop
-            [sys.executable, "-m", "client.cli", "approve", sid, "--as", "alice", "--comment", "ok"],
-            cwd=REPO, env={**base, "PHASEGATE_CONFIG_DIR": str(config)},
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "client.cli",
+                "approve",
+                sid,
+                "--as",
+                "alice",
+                "--comment",
+                "ok",
+            ],
+            cwd=REPO,
+            env={**base, "PHASEGATE_CONFIG_DIR": str(config)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
         )
 
     # An agent without alice's private key: the CLI sends an unsigned decision, refused.
@@ -161,17 +201,23 @@ async def test_deployment_keys_cannot_be_replaced_by_the_starter(
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
         sid = await pg.start(
-            "mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[agent_key], approvers=["lead"])
+            "mini_v1",
+            str(tmp_path),
+            options=SessionOptions(approver_keys=[agent_key], approvers=["lead"]),
         )
         await _awaiting(pg, sid)
         nonce, sig = keys.sign_decision(
             "lead", session_id=sid, phase=1, decision="approve", directory=agent_dir
         )
         with pytest.raises(ApprovalRefused) as err:
-            await pg.decide(sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig)
+            await pg.decide(
+                sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig
+            )
         assert "does not match" in str(err.value)
         nonce, sig = keys.sign_decision(
             "lead", session_id=sid, phase=1, decision="approve", directory=keydir
         )
-        view = await pg.decide(sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig)
+        view = await pg.decide(
+            sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig
+        )
         assert view.current_phase == 2

@@ -20,11 +20,13 @@ with workflow.unsafe.imports_passed_through():
     from domain.errors import PhasegateError, SessionError
     from domain.messages import (
         ApprovalDecision,
+        AuditEntry,
         CheckpointResult,
         CheckpointSubmission,
         ControlRequest,
         ControlResult,
         LoadSessionRequest,
+        NotifyRequest,
         PhaseDefinition,
         PhaseQuery,
         PhaseView,
@@ -37,11 +39,10 @@ with workflow.unsafe.imports_passed_through():
         TaskQuery,
         TaskView,
     )
-    from domain.messages import AuditEntry, NotifyRequest
     from domain.session import SessionState
     from domain.verify import VerifyReport, VerifyRequest, VerifyResult
 
-__all__ = ["GatedSession", "SA_WORKFLOW", "SA_PHASE", "SA_STATUS"]
+__all__ = ["SA_PHASE", "SA_STATUS", "SA_WORKFLOW", "GatedSession"]
 
 SA_WORKFLOW = SearchAttributeKey.for_keyword("PhasegateWorkflow")
 SA_PHASE = SearchAttributeKey.for_int("PhasegatePhase")
@@ -187,9 +188,7 @@ class GatedSession:
                 raise problem
             evaluation = state.evaluate(sub)
             verify = await self._verify(sub) if state.needs_verify(evaluation) else []
-            result, advance = state.record_checkpoint(
-                sub, workflow.now(), via, evaluation, verify
-            )
+            result, advance = state.record_checkpoint(sub, workflow.now(), via, evaluation, verify)
             if via == "signal":
                 state.last_signal_error = None
             if advance:
@@ -209,7 +208,9 @@ class GatedSession:
         state = self._state
         assert state is not None
         checks = state.current.gate.verify
-        budget = sum(float(c.get("timeout_seconds", 300)) for c in checks if c.get("kind") == "command")
+        budget = sum(
+            float(c.get("timeout_seconds", 300)) for c in checks if c.get("kind") == "command"
+        )
         try:
             report: VerifyReport = await workflow.execute_activity(
                 "run_verify_checks",
@@ -224,11 +225,17 @@ class GatedSession:
                 result_type=VerifyReport,
                 start_to_close_timeout=timedelta(seconds=budget + 60),
                 heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["verify_invalid"]),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=2, non_retryable_error_types=["verify_invalid"]
+                ),
                 summary=f"verify phase {state.current.index}",
             )
         except ActivityError as exc:
-            cause = exc.cause.message if isinstance(exc.cause, ApplicationError) else str(exc.cause or exc)
+            cause = (
+                exc.cause.message
+                if isinstance(exc.cause, ApplicationError)
+                else str(exc.cause or exc)
+            )
             return [
                 VerifyResult(
                     name="verify",
@@ -245,7 +252,11 @@ class GatedSession:
         assert state is not None
         next_phase: PhaseDefinition | None = None
         index = state.current.index + 1
-        if not state.is_last_phase() and self._prefetch is not None and self._prefetch_index == index:
+        if (
+            not state.is_last_phase()
+            and self._prefetch is not None
+            and self._prefetch_index == index
+        ):
             try:
                 next_phase = await self._prefetch
             except (ActivityError, ApplicationError):
@@ -372,7 +383,7 @@ class GatedSession:
         try:
             await workflow.wait_condition(lambda: not still_waiting(), timeout=remaining)
             return  # decided (or rolled back) in time
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         async with self._lock:
             if not still_waiting() or state.status == "approval_overdue":
@@ -430,7 +441,9 @@ class GatedSession:
         except ActivityError as exc:
             detail = f"notify {url} failed: {exc.cause or exc}"
         state.audit.append(
-            AuditEntry(at=workflow.now(), action="notify", actor=DEADLINE_ACTOR, phase=phase, detail=detail)
+            AuditEntry(
+                at=workflow.now(), action="notify", actor=DEADLINE_ACTOR, phase=phase, detail=detail
+            )
         )
 
     # ---- queries -------------------------------------------------------
@@ -492,7 +505,8 @@ def _details_markdown(state: SessionState) -> str:
     p = state.current
     waits = {
         "active": "checkpoint evidence from the agent",
-        "awaiting_approval": "approval by " + (", ".join(state.allowed_approvers()) or "an approver"),
+        "awaiting_approval": "approval by "
+        + (", ".join(state.allowed_approvers()) or "an approver"),
         "approval_overdue": "an OVERDUE approval by "
         + (", ".join(state.allowed_approvers()) or "an approver"),
         "paused": "a person to resume the session",
@@ -501,8 +515,10 @@ def _details_markdown(state: SessionState) -> str:
         "starting": "the definition to load",
     }[state.status]
     lines = [
-        f"**{state.name or state.workflow_type}** — phase {p.index + 1} of {state.total_phases}: "
-        f"{p.name}",
+        (
+            f"**{state.name or state.workflow_type}** — phase {p.index + 1} of "
+            f"{state.total_phases}: {p.name}"
+        ),
         f"- status: `{state.status}`; waiting for {waits}",
         f"- attempts on this phase: {state.attempt_count}",
     ]

@@ -22,16 +22,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
-from client.api import PhasegateClient  # noqa: E402
-from client.connect import SHIPPED_LIBRARY  # noqa: E402
-from client.devserver import temporal_binary  # noqa: E402
-from domain.messages import ControlRequest, SessionOptions  # noqa: E402
-from domain.settings import Settings  # noqa: E402
-from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW  # noqa: E402
-from worker import build_worker  # noqa: E402
+from client.api import PhasegateClient
+from client.connect import SHIPPED_LIBRARY
+from client.devserver import temporal_binary
+from domain.messages import ControlRequest, SessionOptions
+from domain.settings import Settings
+from worker import build_worker
+from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
 
 GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 
@@ -90,7 +90,9 @@ async def main() -> None:
                     sid, ControlRequest(action="rollback", to_phase=0, reason="redo", actor="lead")
                 )
                 await pg.submit(sid, 0, {**GOOD_0, "modules_found": 4})
-                await pg.control(sid, ControlRequest(action="retry_phase", reason="r", actor="lead"))
+                await pg.control(
+                    sid, ControlRequest(action="retry_phase", reason="r", actor="lead")
+                )
                 await _save(pg, sid, "rollback")
 
                 # 4. dynamic session from the example spec, up to continue-as-new
