@@ -37,3 +37,30 @@ def run(coro) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def start_bench_worker(address: str, task_queue: str, library: str, home: str):
+    """Start bench/_bench_worker.py (phasegate's worker + the baseline) and wait until ready."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("_bench_worker.py")),
+            address,
+            task_queue,
+            library,
+            home,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def stop_bench_worker(proc) -> None:
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)

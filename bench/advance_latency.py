@@ -13,16 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import _common
-from _common import ms, pct
+from _common import ms, pct, start_bench_worker, stop_bench_worker
 from baseline import RawUpdateWorkflow
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -125,24 +122,16 @@ async def main(
         data_converter=pydantic_data_converter,
     ) as env:
         client = env.client
-        worker = subprocess.Popen(  # noqa: ASYNC220 - once, before measuring
-            [
-                sys.executable,
-                str(Path(__file__).with_name("_bench_worker.py")),
-                client.service_client.config.target_host,
-                settings.task_queue,
-                settings.library_paths[0],
-                settings.home,
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
+        worker = start_bench_worker(
+            client.service_client.config.target_host,
+            settings.task_queue,
+            settings.library_paths[0],
+            settings.home,
         )
         try:
-            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
             raw_t, adv_t = await measure(client, settings, tmp, phases, warmup, think, prefetch)
         finally:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=30)
+            stop_bench_worker(worker)
     figures = {
         "raw_p50": pct(raw_t, 50),
         "raw_p95": pct(raw_t, 95),

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import _common
-from _common import ms, pct
+from _common import ms, pct, start_bench_worker, stop_bench_worker
 from advance_latency import write_library
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -42,20 +39,10 @@ async def main(phases: int, warmup: int, think: float) -> float:
         data_converter=pydantic_data_converter,
     ) as env:
         client = env.client
-        worker = subprocess.Popen(  # noqa: ASYNC220 - once, before measuring
-            [
-                sys.executable,
-                str(Path(__file__).with_name("_bench_worker.py")),
-                client.service_client.config.target_host,
-                "bench",
-                str(tmp / "lib"),
-                str(tmp / "home"),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
+        worker = start_bench_worker(
+            client.service_client.config.target_host, "bench", str(tmp / "lib"), str(tmp / "home")
         )
         try:
-            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
             pg = PhasegateClient(client, "bench")
             plain = pg.handle(await pg.start("plain_v1", str(tmp)))
             checked = pg.handle(await pg.start("verified_v1", str(tmp)))
@@ -75,8 +62,7 @@ async def main(phases: int, warmup: int, think: float) -> float:
                     checked_t.append(t2 - t1)
                 await asyncio.sleep(think)
         finally:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=30)
+            stop_bench_worker(worker)
     ratio = pct(checked_t, 50) / pct(plain_t, 50)
     print(f"checkpoint latency over {len(plain_t)} interleaved pairs (after {warmup} warm-up)")
     print(f"  without verify        p50 {ms(pct(plain_t, 50))}   p95 {ms(pct(plain_t, 95))}")

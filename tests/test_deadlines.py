@@ -14,14 +14,13 @@ from typing import ClassVar
 
 import pytest
 import pytest_asyncio
-from temporalio.contrib.pydantic import pydantic_data_converter
+from conftest import dev_server_options
 from temporalio.testing import WorkflowEnvironment
 
 from client.api import PhasegateClient
-from client.devserver import temporal_binary
 from domain.messages import SessionOptions, SessionView
 from worker import build_worker
-from workflows.gated_session import DEADLINE_ACTOR, SA_PHASE, SA_STATUS, SA_WORKFLOW
+from workflows.gated_session import DEADLINE_ACTOR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "library"
 
@@ -30,13 +29,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "library"
 async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
     """A second dev server whose workflows run on a virtual clock that skips idle time."""
     async with await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=temporal_binary(),
-        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            "frontend.WorkflowTimeSkippingEnabled=true",
-        ],
+        **dev_server_options()
     ) as environment:
         yield environment
 
