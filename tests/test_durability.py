@@ -115,7 +115,8 @@ async def test_killed_worker_loses_nothing(env, settings_for, tmp_path):
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
 async def test_recorded_histories_replay(path: Path):
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    workflow_id = path.stem.split("--", 1)[1]  # files are <scenario>--<workflow id>.json
+    history = WorkflowHistory.from_json(workflow_id, path.read_text())
     await _replayer().replay_workflow(history)
 
 

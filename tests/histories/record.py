@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -25,9 +26,11 @@ sys.path.insert(0, str(REPO))
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from client import keys
 from client.api import PhasegateClient
 from client.connect import SHIPPED_LIBRARY
 from client.devserver import temporal_binary
+from domain.errors import PhasegateError
 from domain.messages import ControlRequest, SessionOptions
 from domain.settings import Settings
 from worker import build_worker
@@ -38,8 +41,9 @@ GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 
 async def _save(pg: PhasegateClient, sid: str, name: str, run_id: str | None = None) -> None:
     history = await pg.temporal.get_workflow_handle(sid, run_id=run_id).fetch_history()
-    (HERE / f"{name}.json").write_text(history.to_json())
-    print(f"recorded {name}.json ({len(history.events)} events)")
+    # The workflow id is part of the name: replay needs it (signatures bind it).
+    (HERE / f"{name}--{sid}.json").write_text(history.to_json())
+    print(f"recorded {name}--{sid}.json ({len(history.events)} events)")
 
 
 async def main() -> None:
@@ -95,7 +99,31 @@ async def main() -> None:
                 )
                 await _save(pg, sid, "rollback")
 
-                # 4. dynamic session from the example spec, up to continue-as-new
+                # 4. signed approval (a refused unsigned one first) and a verify check
+                keydir = Path(home) / "keys"
+                alice = keys.new_key("alice", directory=keydir)
+                sid = await pg.start(
+                    "mini_v1", home, session_id="signed",
+                    options=SessionOptions(approver_keys=[alice]),
+                )
+                await pg.submit(sid, 0, GOOD_0)
+                await pg.submit(sid, 1, {"plan": "a plan"})
+                with contextlib.suppress(PhasegateError):
+                    await pg.decide(sid, approver="alice", decision="approve")
+                nonce, sig = keys.sign_decision(
+                    "alice", session_id=sid, phase=1, decision="approve", directory=keydir
+                )
+                await pg.decide(sid, approver="alice", decision="approve", nonce=nonce, signature=sig)
+                await _save(pg, sid, "signed_approval")
+
+                ws = Path(home) / "ws"
+                ws.mkdir()
+                sid = await pg.start("verified_v1", str(ws), session_id="verified")
+                await pg.submit(sid, 0, {"tests_passing": True, "test_path": "missing"})
+                (ws / "NOTES.md").write_text("notes\n")
+                await _save(pg, sid, "verify_failed")
+
+                # 5. dynamic session from the example spec, up to continue-as-new
                 spec = REPO / "examples" / "specs" / "todo-api"
                 sid = await pg.start(
                     "spec_execution_v1",
