@@ -181,6 +181,14 @@ class _Run:
 
     def _command(self, check: CommandCheck) -> VerifyResult:
         argv = [self.text(arg, f"argv[{i}]") for i, arg in enumerate(check.argv)]
+        for i, (raw, arg) in enumerate(zip(check.argv, argv, strict=True)):
+            # An element that starts with evidence must not become an option: "-k=..." or
+            # "--deselect=..." would change what the command checks.
+            if raw.lstrip().startswith("{{") and arg.startswith("-"):
+                raise _Failed(
+                    f"argv[{i}] comes from evidence and starts with '-' ({_clip(arg, 60)!r}); "
+                    "evidence may name things, not pass options"
+                )
         pattern = None
         if check.stdout_pattern is not None:
             source = self.text(check.stdout_pattern, "stdout_pattern", re.escape)

@@ -243,6 +243,9 @@ class PhasegateClient:
         """Run an update, retrying the transient refusal a run gives while it hands over
         to its continue-as-new successor (the update was never accepted, so a retry is safe).
         """
+        # One update id for every attempt: if an attempt was in fact accepted, Temporal
+        # answers the retry with that update's outcome instead of running it twice.
+        update_id = update_id or str(uuid.uuid4())
         for attempt in range(_TRANSIENT_RETRIES + 1):
             try:
                 return await self.handle(session_id).execute_update(update, arg, id=update_id)

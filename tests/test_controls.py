@@ -106,4 +106,4 @@ def test_every_status_renders_web_ui_details(tmp_path):
     )
     for status in get_args(SessionStatus):
         state.status = status
-        assert "phase 1 of 2" in _details_markdown(state)
+        assert "phase 0 (1 of 2)" in _details_markdown(state)

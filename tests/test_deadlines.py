@@ -9,6 +9,7 @@ import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -141,3 +142,22 @@ async def test_decision_in_time_cancels_the_deadline(ts_env, settings_for):
             view = await pg.status(sid)
             assert [a.approver for a in view.approvals] == ["lead"]
             assert not any(a.actor == DEADLINE_ACTOR for a in view.audit)
+
+
+async def test_pause_and_resume_keep_the_deadline(ts_env, settings_for):
+    from domain.messages import ControlRequest
+
+    settings = settings_for(FIXTURES)
+    pg = PhasegateClient(ts_env.client, settings.task_queue)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        async with build_worker(ts_env.client, settings, executor=pool):
+            with ts_env.with_time_skipping_disabled():
+                sid = await pg.start("deadline_escalate_v1")
+            assert (await pg.submit(sid, 0, {"plan": "the plan"})).awaiting_approval
+            await pg.control(sid, ControlRequest(action="pause", reason="r", actor="ops"))
+            await pg.control(sid, ControlRequest(action="resume", actor="ops"))
+            view = await pg.status(sid)
+            assert view.status == "awaiting_approval" and view.approval_due_at is not None
+            await ts_env.fast_forward(pg.handle(sid), timedelta(hours=3))
+            view = await _wait_status(pg, sid, "approval_overdue")
+            assert view.status == "approval_overdue", view

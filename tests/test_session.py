@@ -295,5 +295,5 @@ async def test_visibility_search_attributes(session_env, tmp_path):
     from temporalio.api.sdk.v1 import WorkflowMetadata
 
     meta = await pg.handle(sid).query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
-    assert "phase 2 of 3: Plan" in meta.current_details
+    assert "phase 1 (2 of 3): Plan" in meta.current_details
     assert "waiting for checkpoint evidence" in meta.current_details

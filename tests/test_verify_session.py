@@ -86,3 +86,14 @@ async def test_phase_context_comes_from_current_or_earlier_docs(session_env, tmp
             assert "/phases/0/" in path, path  # never from a later phase
     task = await pg.task(sid, 0, 1)
     assert task.context is not None  # type: ignore[union-attr]
+
+
+async def test_evidence_cannot_smuggle_options(session_env, workspace):
+    """-k / --deselect would make a failing suite look green; evidence may not start with '-'."""
+    pg, _ = session_env
+    (workspace / "NOTES.md").write_text("notes\n")
+    sid = await pg.start("verified_v1", str(workspace))
+    for payload in ("-k=not test_total", "--deselect=tests/test_total.py::test_total", "-x"):
+        result = await pg.submit(sid, 0, {"tests_passing": True, "test_path": payload})
+        assert not result.passed
+        assert "starts with '-'" in result.verify[0].message

@@ -156,7 +156,10 @@ class GatedSession:
     @submit_checkpoint.validator
     def _validate_checkpoint(self, sub: CheckpointSubmission) -> None:
         if self._state is None:
-            return  # still loading; the handler waits for the plan
+            raise ApplicationError(
+                "session is still loading its definition; retry in a moment",
+                type="session_not_active",
+            )
         problem = self._state.check_submission(sub)
         if problem is not None:
             raise ApplicationError(str(problem), problem.details(), type=problem.code)
@@ -250,6 +253,18 @@ class GatedSession:
         """Complete the current phase; render and enter the next one."""
         state = self._state
         assert state is not None
+        next_phase = await self._next_phase()
+        state.advance(next_phase, workflow.now())
+        self._start_prefetch()
+
+    async def _next_phase(self) -> PhaseDefinition | None:
+        """The phase after the current one, rendered (None after the last phase).
+
+        Raises:
+            SessionError: it could not be rendered; nothing has changed yet.
+        """
+        state = self._state
+        assert state is not None
         next_phase: PhaseDefinition | None = None
         index = state.current.index + 1
         if (
@@ -280,8 +295,7 @@ class GatedSession:
                     f"rendered: {message}",
                     hint="fix the workflow definition, then submit the same evidence again",
                 ) from None
-        state.advance(next_phase, workflow.now())
-        self._start_prefetch()
+        return next_phase
 
     def _start_prefetch(self) -> None:
         """Start rendering the phase after the current one, unless off or already going."""
@@ -315,11 +329,15 @@ class GatedSession:
             problem = state.check_decision(decision, workflow.info().workflow_id)
             if problem is not None:
                 raise ApplicationError(str(problem), problem.details(), type=problem.code)
-            if state.record_decision(decision, workflow.now()):
-                try:
-                    await self._advance()
+            next_phase = None
+            if decision.decision == "approve":
+                try:  # render first: a failure leaves the decision unrecorded, to retry
+                    next_phase = await self._next_phase()
                 except PhasegateError as exc:
                     raise ApplicationError(str(exc), exc.details(), type=exc.code) from None
+            if state.record_decision(decision, workflow.now()):
+                state.advance(next_phase, workflow.now())
+                self._start_prefetch()
             self._publish()
             return state.status_view()
 
@@ -346,6 +364,7 @@ class GatedSession:
             state.apply_control(req, workflow.now())
             if req.action == "rollback":
                 self._start_prefetch()
+            self._arm_deadline()  # e.g. resume: the approval's deadline applies again
             self._publish()
             return ControlResult(
                 action=req.action, status=state.status, current_phase=state.current.index
@@ -382,7 +401,10 @@ class GatedSession:
         remaining = max((key[1] - workflow.now()).total_seconds(), 0.001)
         try:
             await workflow.wait_condition(lambda: not still_waiting(), timeout=remaining)
-            return  # decided (or rolled back) in time
+            # Decided, rolled back or paused in time; a resume arms the deadline again.
+            if self._deadline_key == key:
+                self._deadline_key = None
+            return
         except TimeoutError:
             pass
         async with self._lock:
@@ -411,11 +433,10 @@ class GatedSession:
                         detail=f"no decision within {approval.timeout}",
                     )
                 )
-                self._publish()
-                url = state.options.notify_url or approval.notify_url
-                if url:
-                    await self._notify(url, key[0])
             self._publish()
+        url = state.options.notify_url or approval.notify_url
+        if approval.on_timeout == "escalate" and url:
+            await self._notify(url, key[0])  # outside the lock: retries must not block decisions
 
     async def _notify(self, url: str, phase: int) -> None:
         state = self._state
@@ -516,8 +537,8 @@ def _details_markdown(state: SessionState) -> str:
     }[state.status]
     lines = [
         (
-            f"**{state.name or state.workflow_type}** — phase {p.index + 1} of "
-            f"{state.total_phases}: {p.name}"
+            f"**{state.name or state.workflow_type}** — phase {p.index} ({p.index + 1} of "
+            f"{state.total_phases}): {p.name}"
         ),
         f"- status: `{state.status}`; waiting for {waits}",
         f"- attempts on this phase: {state.attempt_count}",
