@@ -58,7 +58,7 @@ SessionStatus = Literal[
     "completed",
     "abandoned",
 ]
-DEFAULT_MAX_EVIDENCE_BYTES = 1024 * 1024
+DEFAULT_MAX_EVIDENCE_BYTES = 256 * 1024  # Temporal warns on payloads above 256 KB
 
 
 class SessionOptions(BaseModel):
@@ -326,8 +326,24 @@ class Attempt(BaseModel):
     warnings: list[Problem] = Field(default_factory=list)
     submission_id: str | None = None
     via: Literal["update", "signal"] = "update"
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: dict[str, Any] = Field(
+        default_factory=dict, description="Empty once compacted; see evidence_sha256."
+    )
+    evidence_sha256: str = ""
+    evidence_bytes: int = 0
     verify: list[VerifyResult] = Field(default_factory=list)
+
+    def compacted(self) -> Attempt:
+        """The attempt without its raw evidence (digest and size kept; the evidence itself
+        stays in the update's input in Temporal history)."""
+        if not self.evidence:
+            return self
+        return self.model_copy(
+            update={
+                "evidence": {},
+                "verify": [v.model_copy(update={"excerpt": v.excerpt[-300:]}) for v in self.verify],
+            }
+        )
 
 
 class CompletedPhase(BaseModel):
@@ -357,6 +373,11 @@ class SessionView(BaseModel):
     audit: list[AuditEntry] = Field(default_factory=list)
     superseded: list[PhaseArtifact] = Field(
         default_factory=list, description="Artifacts of phases undone by a rollback (kept)."
+    )
+    attempt_log: list[Attempt] = Field(
+        default_factory=list,
+        description="Recent attempts of earlier phases: problems, verify results, evidence "
+        "digest (the evidence itself is in the update's input in history).",
     )
     feedback: str = ""
     artifacts: dict[str, list[str]] = Field(

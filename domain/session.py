@@ -9,6 +9,7 @@ a server and replays identically. Time comes in as an argument
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -52,8 +53,10 @@ from domain.verify import VerifyResult
 
 __all__ = ["MAX_REMEMBERED_SUBMISSIONS", "SessionState", "evidence_size"]
 
-MAX_REMEMBERED_SUBMISSIONS = 1000
-MAX_ATTEMPTS_KEPT = 50
+MAX_REMEMBERED_SUBMISSIONS = 500
+MAX_ATTEMPTS_WITH_EVIDENCE = 10  # current phase; older attempts keep digest and problems
+MAX_ATTEMPT_LOG = 500  # attempts of earlier phases, compacted
+CARRY_LIMIT_BYTES = 1_500_000  # continue-as-new input must stay under Temporal's 2 MB
 
 
 def evidence_size(evidence: dict[str, Any]) -> int:
@@ -80,6 +83,9 @@ class SessionState(BaseModel):
     pending: PhaseArtifact | None = Field(None, description="Passed, awaiting approval.")
     approval_due_at: datetime | None = None
     attempts: list[Attempt] = Field(default_factory=list, description="Current phase.")
+    attempt_log: list[Attempt] = Field(
+        default_factory=list, description="Attempts of earlier phases (and undone ones), compacted."
+    )
     attempt_count: int = 0
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     processed: dict[str, CheckpointResult] = Field(default_factory=dict)
@@ -164,6 +170,7 @@ class SessionState(BaseModel):
             approval_due_at=self.approval_due_at if self.awaiting_approval else None,
             audit=list(self.audit),
             superseded=list(self.superseded),
+            attempt_log=self.attempt_log[-50:],
             feedback=self.feedback,
             artifacts={str(k): sorted(a.evidence) for k, a in sorted(self.artifacts.items())},
             last_signal_error=self.last_signal_error,
@@ -357,10 +364,14 @@ class SessionState(BaseModel):
                 submission_id=sub.submission_id,
                 via=via,
                 evidence=sub.evidence,
+                evidence_sha256=hashlib.sha256(_canonical(sub.evidence)).hexdigest(),
+                evidence_bytes=evidence_size(sub.evidence),
                 verify=verify,
             )
         )
-        del self.attempts[:-MAX_ATTEMPTS_KEPT]
+        older = len(self.attempts) - MAX_ATTEMPTS_WITH_EVIDENCE
+        for i in range(max(older, 0)):
+            self.attempts[i] = self.attempts[i].compacted()
         self.updated_at = now
         result = CheckpointResult(
             passed=evaluation.passed,
@@ -419,7 +430,7 @@ class SessionState(BaseModel):
             )
         )
         self.past[done.index] = done
-        self.attempts = []
+        self._log_attempts()
         self.attempt_count = 0
         self.updated_at = now
         if next_phase is None:
@@ -493,7 +504,8 @@ class SessionState(BaseModel):
         elif req.action == "abandon":
             self.status = "abandoned"
         elif req.action == "retry_phase":
-            self.attempts, self.attempt_count = [], 0
+            self._log_attempts()
+            self.attempt_count = 0
             self.feedback = ""
         elif req.action == "rollback":
             assert req.to_phase is not None
@@ -515,18 +527,67 @@ class SessionState(BaseModel):
         for k in [k for k in self.past if k >= to_phase]:
             del self.past[k]
         self.completed = [c for c in self.completed if c.phase < to_phase]
-        self.attempts, self.attempt_count = [], 0
+        self._log_attempts()
+        self.attempt_count = 0
+        # Remembered answers about undone phases would now be wrong: forget them.
+        self.processed = {
+            k: r for k, r in self.processed.items() if r.current_phase < to_phase
+        }
         self.approval_due_at = None
         self.paused_from = None
         self.status = "active"
 
+    def _log_attempts(self) -> None:
+        self.attempt_log.extend(a.compacted() for a in self.attempts)
+        del self.attempt_log[:-MAX_ATTEMPT_LOG]
+        self.attempts = []
+
+    def repeat(self, submission_id: str) -> CheckpointResult:
+        """The answer to a repeated submission: the original, with the next phase's content
+        filled in only while that phase is still readable (never a future one)."""
+        result = self.processed[submission_id]
+        if result.next_phase is None:
+            return result
+        phase = self.readable(result.next_phase.phase)
+        if phase is None:
+            return result.model_copy(update={"next_phase": None})
+        return result.model_copy(
+            update={"next_phase": result.next_phase.model_copy(update={"content": phase.content})}
+        )
+
+    def carry(self) -> dict[str, Any]:
+        """The state as continue-as-new input, compacted until it fits the payload limit."""
+        data = self.model_dump(mode="json")
+        if len(_canonical(data)) <= CARRY_LIMIT_BYTES:
+            return data
+        self.attempts = [a.compacted() for a in self.attempts]
+        for index in sorted(self.past)[:-3]:  # oldest completed phases: keep name and tasks
+            self.past[index] = self.past[index].model_copy(
+                update={
+                    "content": "(content of this completed phase is in an earlier run's history)",
+                    "tasks": [t.model_copy(update={"content": "", "context": []})
+                              for t in self.past[index].tasks],
+                    "context": [],
+                }
+            )
+        return self.model_dump(mode="json")
+
     def remember(self, submission_id: str | None, result: CheckpointResult) -> None:
-        """Keep a result for idempotent repeats (bounded, oldest dropped first)."""
+        """Keep a result for idempotent repeats (bounded, oldest dropped first); the next
+        phase's content is not stored twice — :meth:`repeat` fills it back in."""
         if not submission_id:
             return
+        if result.next_phase is not None:
+            result = result.model_copy(
+                update={"next_phase": result.next_phase.model_copy(update={"content": ""})}
+            )
         self.processed[submission_id] = result
         while len(self.processed) > MAX_REMEMBERED_SUBMISSIONS:
             del self.processed[next(iter(self.processed))]
+
+
+def _canonical(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True, default=str).encode()
 
 
 def _tail(text: str, limit: int = 160) -> str:

@@ -107,3 +107,46 @@ def test_every_status_renders_web_ui_details(tmp_path):
     for status in get_args(SessionStatus):
         state.status = status
         assert "phase 0 (1 of 2)" in _details_markdown(state)
+
+
+async def test_rollback_forgets_answers_about_undone_phases(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+    first = await pg.submit(sid, 0, GOOD_0, submission_id="p0")
+    assert first.next_phase and first.next_phase.phase == 1
+    await pg.control(sid, ControlRequest(action="rollback", to_phase=0, reason="redo", actor="lead"))
+    # The same submission id after a rollback is a new submission, not a stale "passed"
+    # pointing ahead. (Sent with a fresh update id: within one run Temporal itself answers a
+    # repeated update id with its first outcome, which the agent has already seen.)
+    from domain.messages import CheckpointSubmission
+    from workflows.gated_session import GatedSession
+
+    again = await pg.handle(sid).execute_update(
+        GatedSession.submit_checkpoint,
+        CheckpointSubmission(phase=0, evidence={"modules_found": 0}, submission_id="p0"),
+        id="p0-after-rollback",
+    )
+    assert not again.passed and again.current_phase == 0 and again.next_phase is None
+    view = await pg.status(sid)
+    assert [a.phase for a in view.attempt_log] == [0]  # the undone attempt stays on record
+    assert view.attempt_log[0].passed and view.attempt_log[0].evidence_sha256
+
+
+async def test_large_evidence_survives_continue_as_new(session_env, tmp_path):
+    """Near-cap evidence in many attempts must not push the carried state past 2 MB."""
+    from domain.messages import SessionOptions
+
+    pg, _ = session_env
+    sid = await pg.start(
+        "mini_v1", str(tmp_path), options=SessionOptions(continue_as_new_after_events=40)
+    )
+    first_run = (await pg.handle(sid).describe()).run_id
+    blob = "x" * 250_000
+    for i in range(12):  # 12 x 250 KB of failed attempts: 3 MB of evidence
+        result = await pg.submit(sid, 0, {"modules_found": 0, "summary": blob}, submission_id=f"b{i}")
+        assert not result.passed
+    assert (await pg.submit(sid, 0, GOOD_0)).passed
+    assert (await pg.handle(sid).describe()).run_id != first_run
+    view = await pg.status(sid)
+    assert view.current_phase == 1 and len(view.attempt_log) == 13
+    assert all(a.evidence_bytes > 0 for a in view.attempt_log)

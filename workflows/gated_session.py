@@ -122,7 +122,7 @@ class GatedSession:
                     workflow_type=start.workflow_type,
                     target=start.target,
                     options=start.options,
-                    carried=state.model_dump(mode="json"),
+                    carried=state.carry(),
                 )
             )
         return state.summary()
@@ -184,7 +184,7 @@ class GatedSession:
         assert state is not None
         async with self._lock:
             if sub.submission_id and sub.submission_id in state.processed:
-                return state.processed[sub.submission_id]
+                return state.repeat(sub.submission_id)
             # Re-check under the lock: a concurrent submission may have advanced.
             problem = state.check_submission(sub)
             if problem is not None:
