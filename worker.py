@@ -75,6 +75,7 @@ def build_worker(
         context_tokens=settings.context_tokens,
         context_k=settings.context_k,
         approver_keys=load_approver_keys(settings.approver_keys_file),
+        allow_unsigned_approvals=settings.allow_unsigned_approvals,
     )
     verify = VerifyActivities()
     return Worker(

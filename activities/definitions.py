@@ -73,7 +73,9 @@ class DefinitionActivities:
         context_tokens: int = 1200,
         context_k: int = 5,
         approver_keys: list[ApproverKey] | None = None,
+        allow_unsigned_approvals: bool = False,
     ) -> None:
+        self.allow_unsigned_approvals = allow_unsigned_approvals
         self.deployment_keys = list(approver_keys or [])
         self.retriever = retriever
         self.context_tokens = context_tokens
@@ -213,6 +215,7 @@ class DefinitionActivities:
             ref=ref,
             first_phase=self.build_phase(wf, ref, 0),
             approver_keys=[*self.deployment_keys, *_approver_keys(meta, wf)],
+            unsigned_approvals=self.allow_unsigned_approvals,
         )
 
     def build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:

@@ -168,6 +168,9 @@ class SessionPlan(BaseModel):
     approver_keys: list[ApproverKey] = Field(
         default_factory=list, description="Signed approvers named by the workflow definition."
     )
+    unsigned_approvals: bool = Field(
+        True, description="Whether this deployment accepts unsigned (name-only) approvals."
+    )
 
 
 # -- start --

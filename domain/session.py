@@ -98,6 +98,9 @@ class SessionState(BaseModel):
     approver_keys: list[ApproverKey] = Field(
         default_factory=list, description="Signed approvers; non-empty means signatures required."
     )
+    unsigned_approvals: bool = Field(
+        True, description="Name-only approvals accepted when no approver keys are named."
+    )
     used_nonces: list[str] = Field(
         default_factory=list, description="Nonces of accepted decisions (replays are refused)."
     )
@@ -293,6 +296,15 @@ class SessionState(BaseModel):
                 f"{decision.approver!r} may not approve phase {self.current.index}",
                 where="approver",
                 hint=f"allowed approvers: {', '.join(allowed)}",
+            )
+        if not self.approver_keys and not self.unsigned_approvals:
+            return ApprovalRefused(
+                "this deployment accepts only signed approvals and this session names no "
+                "approver keys, so no decision can be accepted",
+                where="approver_keys",
+                hint="name signed approvers (PHASEGATE_APPROVER_KEYS on the worker, approver_keys "
+                "in metadata.json, or `phasegate start --approver-key NAME`), or set "
+                "PHASEGATE_ALLOW_UNSIGNED_APPROVALS=1 where agents cannot reach Temporal",
             )
         if self.approver_keys:
             reason = check_signed_decision(
@@ -530,9 +542,7 @@ class SessionState(BaseModel):
         self._log_attempts()
         self.attempt_count = 0
         # Remembered answers about undone phases would now be wrong: forget them.
-        self.processed = {
-            k: r for k, r in self.processed.items() if r.current_phase < to_phase
-        }
+        self.processed = {k: r for k, r in self.processed.items() if r.current_phase < to_phase}
         self.approval_due_at = None
         self.paused_from = None
         self.status = "active"
@@ -565,8 +575,10 @@ class SessionState(BaseModel):
             self.past[index] = self.past[index].model_copy(
                 update={
                     "content": "(content of this completed phase is in an earlier run's history)",
-                    "tasks": [t.model_copy(update={"content": "", "context": []})
-                              for t in self.past[index].tasks],
+                    "tasks": [
+                        t.model_copy(update={"content": "", "context": []})
+                        for t in self.past[index].tasks
+                    ],
                     "context": [],
                 }
             )

@@ -51,6 +51,13 @@ class Settings(BaseModel):
         1200, ge=0, description="Token budget of a phase view's context (PHASEGATE_CONTEXT_TOKENS)."
     )
     context_k: int = Field(5, ge=0, description="Most chunks in a phase view's context.")
+    allow_unsigned_approvals: bool = Field(
+        False,
+        description="Accept approvals checked by name only in sessions that name no approver "
+        "keys (PHASEGATE_ALLOW_UNSIGNED_APPROVALS=1). Off: such approvals are refused, so an "
+        "agent cannot approve by claiming a name. Turn on only where agents cannot reach "
+        "Temporal or the CLI.",
+    )
     approver_keys_file: str | None = Field(
         None,
         description="JSON list of signed approvers [{name, public_key}] that every session on "
@@ -85,4 +92,6 @@ class Settings(BaseModel):
             standards_dirs=[p for p in env.get("PHASEGATE_STANDARDS", "").split(pathsep) if p],
             context_tokens=int(env.get("PHASEGATE_CONTEXT_TOKENS") or 1200),
             approver_keys_file=env.get("PHASEGATE_APPROVER_KEYS") or None,
+            allow_unsigned_approvals=env.get("PHASEGATE_ALLOW_UNSIGNED_APPROVALS", "").lower()
+            in ("1", "true", "yes"),
         )

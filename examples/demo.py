@@ -22,6 +22,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from client import keys
 from client.api import PhasegateClient
 from client.connect import connect, load_settings
 from client.devserver import DevServer
@@ -89,12 +90,20 @@ def show_gate(gate: GateView) -> None:
         say(f"   + approval by: {', '.join(gate.approvers) or 'any approver'}")
 
 
-async def walk(pg: PhasegateClient, ui_url: str | None) -> str:
+async def walk(pg: PhasegateClient, ui_url: str | None, key_dir: Path) -> str:
+    step("The lead creates a signing key (phasegate keys new lead)")
+    lead = (
+        keys.public_key("lead", directory=key_dir)
+        if (keys.keys_dir(key_dir) / "lead.key").is_file()
+        else keys.new_key("lead", directory=key_dir)
+    )
+    say(f"lead's public key: {lead.public_key}  (private key 0600 under {keys.keys_dir(key_dir)})")
+
     step("Start a spec_execution_v1 session over examples/specs/todo-api")
     sid = await pg.start(
         "spec_execution_v1",
         str(SPEC),
-        options=SessionOptions(spec_path=str(SPEC)),
+        options=SessionOptions(spec_path=str(SPEC), approver_keys=[lead]),
         session_id=f"demo-{uuid.uuid4().hex[:8]}",
     )
     status = await pg.status(sid)
@@ -123,14 +132,20 @@ async def walk(pg: PhasegateClient, ui_url: str | None) -> str:
     result = await pg.submit(sid, 0, evidence_for(view))
     say(f"passed: {result.passed}; awaiting approval: {result.awaiting_approval}")
 
-    step("The agent tries to approve its own plan")
+    step("The agent tries to approve its own plan, claiming to be the lead")
     try:
-        await pg.decide(sid, approver="coding-agent", decision="approve")
+        await pg.decide(sid, approver="lead", decision="approve")
     except PhasegateError as exc:
         say(f"{RED}refused{RESET}: {exc}")
 
-    step("The lead approves the plan")
-    status = await pg.decide(sid, approver="lead", decision="approve", comment="plan looks right")
+    step("The lead approves the plan with a signed decision (phasegate approve --as lead)")
+    comment = "plan looks right"
+    nonce, signature = keys.sign_decision(
+        "lead", session_id=sid, phase=0, decision="approve", comment=comment, directory=key_dir
+    )
+    status = await pg.decide(
+        sid, approver="lead", decision="approve", comment=comment, nonce=nonce, signature=signature
+    )
     say(
         f"approved by lead; session now on phase {status.current_phase}: {status.current_phase_name}"
     )
@@ -195,7 +210,7 @@ async def main() -> int:
                 say(
                     f"worker running on task queue {settings.task_queue!r} at {settings.temporal_address}"
                 )
-                await walk(pg, ui_url)
+                await walk(pg, ui_url, Path(settings.home) / "demo-config")
     finally:
         if server is not None:
             server.stop()

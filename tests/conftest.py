@@ -66,7 +66,8 @@ def settings_for(tmp_path: Path) -> Callable[..., Settings]:
             task_queue=f"tq-{uuid.uuid4().hex[:8]}",
             home=str(tmp_path / "home"),
             library_paths=[*(str(p) for p in libraries), SHIPPED_LIBRARY],
-            **overrides,
+            # Most tests exercise gates, not signatures; test_signed_approvals turns it off.
+            **{"allow_unsigned_approvals": True, **overrides},
         )
 
     return make

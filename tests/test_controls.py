@@ -114,7 +114,9 @@ async def test_rollback_forgets_answers_about_undone_phases(session_env, tmp_pat
     sid = await pg.start("mini_v1", str(tmp_path))
     first = await pg.submit(sid, 0, GOOD_0, submission_id="p0")
     assert first.next_phase and first.next_phase.phase == 1
-    await pg.control(sid, ControlRequest(action="rollback", to_phase=0, reason="redo", actor="lead"))
+    await pg.control(
+        sid, ControlRequest(action="rollback", to_phase=0, reason="redo", actor="lead")
+    )
     # The same submission id after a rollback is a new submission, not a stale "passed"
     # pointing ahead. (Sent with a fresh update id: within one run Temporal itself answers a
     # repeated update id with its first outcome, which the agent has already seen.)
@@ -143,7 +145,9 @@ async def test_large_evidence_survives_continue_as_new(session_env, tmp_path):
     first_run = (await pg.handle(sid).describe()).run_id
     blob = "x" * 250_000
     for i in range(12):  # 12 x 250 KB of failed attempts: 3 MB of evidence
-        result = await pg.submit(sid, 0, {"modules_found": 0, "summary": blob}, submission_id=f"b{i}")
+        result = await pg.submit(
+            sid, 0, {"modules_found": 0, "summary": blob}, submission_id=f"b{i}"
+        )
         assert not result.passed
     assert (await pg.submit(sid, 0, GOOD_0)).passed
     assert (await pg.handle(sid).describe()).run_id != first_run

@@ -221,3 +221,34 @@ async def test_deployment_keys_cannot_be_replaced_by_the_starter(
             sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig
         )
         assert view.current_phase == 2
+
+
+async def test_default_deployment_refuses_name_only_approvals(
+    env, settings_for, run_worker, tmp_path, keydir
+):
+    """Out of the box an agent cannot approve by claiming a name, through the CLI or the SDK."""
+    from client.api import PhasegateClient
+
+    fixtures = REPO / "tests" / "fixtures" / "library"
+    settings = settings_for(fixtures, allow_unsigned_approvals=False)
+    async with run_worker(settings):
+        pg = PhasegateClient(env.client, settings.task_queue)
+        sid = await pg.start("mini_v1", str(tmp_path))
+        await _awaiting(pg, sid)
+        with pytest.raises(ApprovalRefused) as err:
+            await pg.decide(sid, approver="alice", decision="approve", phase=1)
+        assert "only signed approvals" in str(err.value)
+        assert (await pg.status(sid)).status == "awaiting_approval"
+        # Naming a signed approver at start is how such a deployment runs approval gates.
+        alice = keys.new_key("alice", directory=keydir)
+        signed_sid = await pg.start(
+            "mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice])
+        )
+        await _awaiting(pg, signed_sid)
+        nonce, sig = keys.sign_decision(
+            "alice", session_id=signed_sid, phase=1, decision="approve", directory=keydir
+        )
+        view = await pg.decide(
+            signed_sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
+        )
+        assert view.current_phase == 2

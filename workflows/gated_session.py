@@ -102,6 +102,7 @@ class GatedSession:
                 # Keys from the deployment or the definition bind every session; only
                 # where there are none may the starter name signed approvers.
                 approver_keys=plan.approver_keys or list(start.options.approver_keys or []),
+                unsigned_approvals=plan.unsigned_approvals,
             )
         self._publish()
         self._start_prefetch()

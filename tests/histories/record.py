@@ -57,6 +57,7 @@ async def main() -> None:
             task_queue="record",
             home=home,
             library_paths=[str(REPO / "tests" / "fixtures" / "library"), SHIPPED_LIBRARY],
+            allow_unsigned_approvals=True,
         )
         pg = PhasegateClient(env.client, settings.task_queue)
         with concurrent.futures.ThreadPoolExecutor() as pool:
@@ -103,7 +104,9 @@ async def main() -> None:
                 keydir = Path(home) / "keys"
                 alice = keys.new_key("alice", directory=keydir)
                 sid = await pg.start(
-                    "mini_v1", home, session_id="signed",
+                    "mini_v1",
+                    home,
+                    session_id="signed",
                     options=SessionOptions(approver_keys=[alice]),
                 )
                 await pg.submit(sid, 0, GOOD_0)
@@ -113,7 +116,9 @@ async def main() -> None:
                 nonce, sig = keys.sign_decision(
                     "alice", session_id=sid, phase=1, decision="approve", directory=keydir
                 )
-                await pg.decide(sid, approver="alice", decision="approve", nonce=nonce, signature=sig)
+                await pg.decide(
+                    sid, approver="alice", decision="approve", nonce=nonce, signature=sig
+                )
                 await _save(pg, sid, "signed_approval")
 
                 ws = Path(home) / "ws"
