@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from domain.errors import ExpressionError, GateDefinitionError
 from domain.expressions import CompiledExpression, compile_expression
+from domain.regex import check_regex
 from domain.verify import parse_checks
 
 __all__ = [
@@ -88,10 +89,7 @@ class FieldSpec(BaseModel):
     @classmethod
     def _regex(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression: {exc}") from None
+            check_regex(value)
         return value
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from domain.errors import GateDefinitionError
+from domain.regex import check_regex
 
 __all__ = [
     "CHECK_MODELS",
@@ -50,10 +51,7 @@ CompareOp = Literal["==", "!=", ">=", ">", "<=", "<"]
 def _regex(value: str) -> str:
     """Compile-check a regex unless it holds a template (checked after rendering)."""
     if "{{" not in value:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression: {exc}") from None
+        check_regex(value)
     return value
 
 

@@ -567,3 +567,24 @@ def test_evaluate_gate_never_raises(evidence: dict[str, Any], strict: bool) -> N
 def test_evaluate_gate_never_raises_on_any_payload(evidence: Any) -> None:
     result = evaluate_gate(load_gate(PROPERTY_GATE, source=SOURCE), evidence)
     assert isinstance(result, GateEvaluation)
+
+
+@pytest.mark.parametrize("pattern", [r"^(a+)+$", r"(\w*)*", r"(x{2,})+y"])
+def test_nested_quantifiers_are_refused_at_load(pattern: str) -> None:
+    with pytest.raises(GateDefinitionError) as err:
+        load_gate(
+            {"evidence_schema": {"f": {"type": "string", "pattern": pattern}}}, source="g.yaml"
+        )
+    assert "exponential" in str(err.value)
+
+
+def test_evaluation_of_large_evidence_stays_fast() -> None:
+    import time
+
+    rules = [{"name": f"r{i}", "expr": f"all(len(f) > {i} - 10 for f in files)"} for i in range(8)]
+    gate = load_gate(
+        {"evidence_schema": {"files": {"type": "list"}}, "rules": rules}, source="g.yaml"
+    )
+    start = time.monotonic()
+    evaluate_gate(gate, {"files": ["a"] * 60_000})  # ~ the 256 KiB evidence cap
+    assert time.monotonic() - start < 1.5  # the workflow's deadlock detector fires at 2 s
