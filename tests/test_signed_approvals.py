@@ -108,7 +108,6 @@ async def test_replayed_nonce_refused_across_continue_as_new(session_env, tmp_pa
         str(tmp_path),
         options=SessionOptions(approver_keys=[alice], continue_as_new_after_events=10),
     )
-    first_run = (await pg.handle(sid).describe()).run_id
     await _awaiting(pg, sid)
     nonce, sig = keys.sign_decision(
         "alice", session_id=sid, phase=1, decision="reject", comment="redo", directory=keydir
@@ -122,10 +121,11 @@ async def test_replayed_nonce_refused_across_continue_as_new(session_env, tmp_pa
         nonce=nonce,
         signature=sig,
     )
+    run_with_nonce = (await pg.handle(sid).describe()).run_id  # the nonce is recorded here
     for i in range(3):  # grow history: continue-as-new happens
         await pg.submit(sid, 1, {"plan": ""}, submission_id=f"bad-{i}")
     assert (await pg.submit(sid, 1, {"plan": "plan two"})).awaiting_approval
-    assert (await pg.handle(sid).describe()).run_id != first_run
+    assert (await pg.handle(sid).describe()).run_id != run_with_nonce
     with pytest.raises(ApprovalRefused) as err:  # the old signed reject, replayed
         await pg.decide(
             sid,

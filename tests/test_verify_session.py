@@ -97,3 +97,18 @@ async def test_evidence_cannot_smuggle_options(session_env, workspace):
         result = await pg.submit(sid, 0, {"tests_passing": True, "test_path": payload})
         assert not result.passed
         assert "starts with '-'" in result.verify[0].message
+
+
+async def test_submissions_during_a_verify_run_are_refused_not_queued(session_env, workspace):
+    import asyncio
+
+    from domain.errors import SessionNotActive
+
+    pg, _ = session_env
+    sid = await pg.start("verified_v1", str(workspace))
+    first = asyncio.create_task(pg.submit(sid, 0, {"tests_passing": True, "test_path": "tests"}))
+    await asyncio.sleep(0.3)  # the pytest run of the first submission takes about a second
+    with pytest.raises(SessionNotActive) as err:
+        await pg.submit(sid, 0, {"tests_passing": True, "test_path": "tests"})
+    assert "being verified" in str(err.value)
+    assert not (await first).passed  # the tests still fail: the first run's verdict stands

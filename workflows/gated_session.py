@@ -73,6 +73,7 @@ class GatedSession:
         self._prefetch_index = -1
         self._published: tuple[str, int, str] | None = None
         self._deadline_key: tuple[int, datetime] | None = None
+        self._verifying = False
 
     # ---- run -----------------------------------------------------------
 
@@ -164,6 +165,14 @@ class GatedSession:
         problem = self._state.check_submission(sub)
         if problem is not None:
             raise ApplicationError(str(problem), problem.details(), type=problem.code)
+        if self._verifying and sub.submission_id not in self._state.processed:
+            # Refused, not queued: waiting submissions would hold Temporal's few in-flight
+            # update slots for the length of a test run and lock out a person's controls.
+            raise ApplicationError(
+                "a checkpoint of this phase is being verified against the workspace; "
+                "wait for its result",
+                type="session_not_active",
+            )
 
     @workflow.signal
     async def checkpoint(self, sub: CheckpointSubmission) -> None:
@@ -212,6 +221,7 @@ class GatedSession:
         state = self._state
         assert state is not None
         checks = state.current.gate.verify
+        self._verifying = True
         budget = sum(
             float(c.get("timeout_seconds", 300)) for c in checks if c.get("kind") == "command"
         )
@@ -248,6 +258,8 @@ class GatedSession:
                     message=f"the workspace checks could not run: {cause}",
                 )
             ]
+        finally:
+            self._verifying = False
         return report.results
 
     async def _advance(self) -> None:
