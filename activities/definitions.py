@@ -383,15 +383,17 @@ def _dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDe
     rules = list(base.rules) + list(items.rules)
     required_ids = [t.id for t in sp.tasks if not t.optional]
     if "tasks_completed" in fields and required_ids:
-        expr = " and ".join(f"{t!r} in tasks_completed" for t in required_ids)
-        rules.append(
-            GateRule(
-                name="all_required_tasks_completed",
-                expr=expr,
-                message="tasks_completed must list every required task of this phase: "
-                + ", ".join(required_ids),
+        # One rule per 100 ids keeps each expression well under the evaluator's size limit.
+        chunks = [required_ids[i : i + 100] for i in range(0, len(required_ids), 100)]
+        for n, ids in enumerate(chunks, start=1):
+            rules.append(
+                GateRule(
+                    name="all_required_tasks_completed" + (f"_{n}" if len(chunks) > 1 else ""),
+                    expr=" and ".join(f"{t!r} in tasks_completed" for t in ids),
+                    message="tasks_completed must list every required task of this phase: "
+                    + ", ".join(ids),
+                )
             )
-        )
     return base.model_copy(
         update={
             "fields": fields,
