@@ -161,3 +161,25 @@ async def test_pause_and_resume_keep_the_deadline(ts_env, settings_for):
             await ts_env.fast_forward(pg.handle(sid), timedelta(hours=3))
             view = await _wait_status(pg, sid, "approval_overdue")
             assert view.status == "approval_overdue", view
+
+
+async def test_deadline_survives_continue_as_new(ts_env, settings_for):
+    from domain.messages import ControlRequest
+
+    settings = settings_for(FIXTURES)
+    pg = PhasegateClient(ts_env.client, settings.task_queue)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        async with build_worker(ts_env.client, settings, executor=pool):
+            with ts_env.with_time_skipping_disabled():
+                sid = await pg.start(
+                    "deadline_escalate_v1", options=SessionOptions(continue_as_new_after_events=12)
+                )
+            first_run = (await pg.handle(sid).describe()).run_id
+            assert (await pg.submit(sid, 0, {"plan": "the plan"})).awaiting_approval
+            for _ in range(3):  # grow history until the run continues as new
+                await pg.control(sid, ControlRequest(action="pause", reason="r", actor="ops"))
+                await pg.control(sid, ControlRequest(action="resume", actor="ops"))
+            assert (await pg.handle(sid).describe()).run_id != first_run
+            await ts_env.fast_forward(pg.handle(sid), timedelta(hours=3))
+            view = await _wait_status(pg, sid, "approval_overdue")
+            assert view.status == "approval_overdue", view
