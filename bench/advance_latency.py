@@ -19,17 +19,14 @@ import uuid
 from pathlib import Path
 
 import _common
-from _common import ms, pct, start_bench_worker, stop_bench_worker
+from _common import bench_environment, ms, pct, start_bench_worker, stop_bench_worker
 from baseline import RawUpdateWorkflow
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from client.api import PhasegateClient
-from client.devserver import temporal_binary
 from domain.messages import CheckpointSubmission, SessionOptions
 from domain.settings import Settings
-from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
+from workflows.gated_session import GatedSession
 
 
 def write_library(
@@ -116,11 +113,7 @@ async def main(
     settings = Settings(
         task_queue="bench", home=str(tmp / "home"), library_paths=[str(tmp / "lib")]
     )
-    async with await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
-        data_converter=pydantic_data_converter,
-    ) as env:
+    async with await bench_environment() as env:
         client = env.client
         worker = start_bench_worker(
             client.service_client.config.target_host,

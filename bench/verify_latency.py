@@ -16,15 +16,12 @@ import time
 from pathlib import Path
 
 import _common
-from _common import ms, pct, start_bench_worker, stop_bench_worker
+from _common import bench_environment, ms, pct, start_bench_worker, stop_bench_worker
 from advance_latency import write_library
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from client.api import PhasegateClient
-from client.devserver import temporal_binary
 from domain.messages import CheckpointSubmission
-from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
+from workflows.gated_session import GatedSession
 
 VERIFY = "verify:\n  - {name: trivial, kind: command, argv: ['true'], timeout_seconds: 30}\n"
 
@@ -33,11 +30,7 @@ async def main(phases: int, warmup: int, think: float) -> float:
     tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-"))
     write_library(tmp / "lib", phases, workflow_type="plain_v1")
     write_library(tmp / "lib", phases, workflow_type="verified_v1", verify=VERIFY)
-    async with await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
-        data_converter=pydantic_data_converter,
-    ) as env:
+    async with await bench_environment() as env:
         client = env.client
         worker = start_bench_worker(
             client.service_client.config.target_host, "bench", str(tmp / "lib"), str(tmp / "home")
