@@ -184,30 +184,27 @@ async def status(ctx: _Ctx) -> int:
 
 
 async def phase(ctx: _Ctx) -> int:
-    from domain.messages import SequenceViolation
-
     pg = await ctx.client()
     view = await pg.phase(ctx.args.session_id, ctx.args.phase)
-    if isinstance(view, SequenceViolation):
-        if ctx.args.json:
-            echo(render.to_json(view))
-        echo_err(f"refused: {render.render_violation(ctx.args.session_id, view)}")
-        return EXIT_REFUSED
-    ctx.emit(view, render.render_phase(view))
-    return EXIT_OK
+    return _show_or_refuse(ctx, view, render.render_phase)
 
 
 async def task(ctx: _Ctx) -> int:
-    from domain.messages import SequenceViolation
-
     pg = await ctx.client()
     view = await pg.task(ctx.args.session_id, ctx.args.phase, ctx.args.task)
+    return _show_or_refuse(ctx, view, render.render_task)
+
+
+def _show_or_refuse(ctx: _Ctx, view: Any, show: Callable[[Any], str]) -> int:
+    """Print a phase/task view, or the refusal a future one gets (exit 3)."""
+    from domain.messages import SequenceViolation
+
     if isinstance(view, SequenceViolation):
         if ctx.args.json:
             echo(render.to_json(view))
         echo_err(f"refused: {render.render_violation(ctx.args.session_id, view)}")
         return EXIT_REFUSED
-    ctx.emit(view, render.render_task(view))
+    ctx.emit(view, show(view))
     return EXIT_OK
 
 
