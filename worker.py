@@ -1,6 +1,6 @@
 """The one phasegate worker: registers every workflow and activity.
 
-Run it with ``python worker.py`` or ``phasegate worker``. It connects to
+Run it with ``phasegate worker`` (or ``python -m phasegate.worker``). It connects to
 ``TEMPORAL_ADDRESS`` (default localhost:7233) with the standard Temporal
 client settings and stops cleanly on SIGINT/SIGTERM.
 """
@@ -20,15 +20,16 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import DefinitionActivities
-from activities.notify import notify_webhook
-from activities.rag import RagActivities
-from activities.verify import VerifyActivities
-from domain.errors import PhasegateError
-from domain.rag import RetrievalQuery, RetrievedChunk
-from domain.settings import Settings
-from domain.signing import ApproverKey
-from workflows import GatedSession
+from phasegate.activities.definitions import DefinitionActivities
+from phasegate.activities.notify import notify_webhook
+from phasegate.activities.rag import RagActivities
+from phasegate.activities.verify import VerifyActivities
+from phasegate.domain.errors import PhasegateError
+from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
+from phasegate.domain.settings import Settings
+from phasegate.domain.signing import ApproverKey
+from phasegate.temporal import connect, load_settings
+from phasegate.workflows import GatedSession
 
 __all__ = ["WORKFLOWS", "build_worker", "main", "run_worker"]
 
@@ -95,8 +96,6 @@ def build_worker(
 
 async def run_worker(settings: Settings | None = None) -> None:
     """Connect, run until SIGINT/SIGTERM, then drain and shut down."""
-    from client.connect import connect, load_settings
-
     settings = settings or load_settings()
     client = await connect(settings)
     stop = asyncio.Event()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from activities._tasks_md_text import (
+from phasegate.activities._tasks_md_text import (
     Head,
     Label,
     parse_head,
@@ -19,7 +19,7 @@ from activities._tasks_md_text import (
     split_values,
     status_word,
 )
-from activities._tasks_md_tree import (
+from phasegate.activities._tasks_md_tree import (
     CODE,
     LISTS,
     Node,
@@ -30,7 +30,7 @@ from activities._tasks_md_tree import (
     list_texts,
     one_line,
 )
-from domain.spec import ParseWarning, SpecPhase, SpecTask, TaskStatus
+from phasegate.domain.spec import ParseWarning, SpecPhase, SpecTask, TaskStatus
 
 # Labels whose values may follow as a list when the label line itself is empty.
 _LIST_LABELS = ("deps", "reqs", "criteria", "desc", "gate")

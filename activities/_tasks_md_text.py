@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from domain.spec import TaskStatus
+from phasegate.domain.spec import TaskStatus
 
 _STATES: dict[str, TaskStatus] = {
     " ": "todo",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from activities._tasks_md_build import (
+from phasegate.activities._tasks_md_build import (
     PhaseDraft,
     PhaseSink,
     TaskDraft,
@@ -22,7 +22,7 @@ from activities._tasks_md_build import (
     ordinal_of,
     split_head,
 )
-from activities._tasks_md_text import (
+from phasegate.activities._tasks_md_text import (
     Head,
     gate_phase_number,
     is_gate_title,
@@ -32,8 +32,15 @@ from activities._tasks_md_text import (
     parse_label,
     plain_heading,
 )
-from activities._tasks_md_tree import LISTS, Node, drain, first_line, item_text, list_texts
-from domain.spec import ParseWarning
+from phasegate.activities._tasks_md_tree import (
+    LISTS,
+    Node,
+    drain,
+    first_line,
+    item_text,
+    list_texts,
+)
+from phasegate.domain.spec import ParseWarning
 
 
 def phase_layout(nodes: list[Node]) -> tuple[int, bool] | None:

@@ -21,22 +21,21 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from activities.library import (
+from phasegate.activities.library import (
     WorkflowDir,
     find_workflow,
     load_gate_file,
     static_phase_dir,
     static_phase_tasks,
 )
-from activities.rag import Retriever
-from activities.snapshots import SnapshotStore, resolve_spec_path
-from activities.templates import Renderer
-from domain.errors import DefinitionError, PhasegateError
-from domain.gate_fallback import gate_from_checklist
-from domain.gates import GateDefinition, GateRule
-from domain.messages import (
+from phasegate.activities.rag import Retriever
+from phasegate.activities.snapshots import SnapshotStore, resolve_spec_path
+from phasegate.activities.templates import Renderer
+from phasegate.domain.errors import DefinitionError, PhasegateError
+from phasegate.domain.gate_fallback import gate_from_checklist
+from phasegate.domain.gates import GateDefinition, GateRule
+from phasegate.domain.messages import (
     DefinitionRef,
     LoadSessionRequest,
     PhaseDefinition,
@@ -44,16 +43,12 @@ from domain.messages import (
     RenderPhaseRequest,
     SessionPlan,
 )
-from domain.rag import RetrievalQuery, context_sections, pack
-from domain.signing import ApproverKey
-from domain.spec import ParsedSpec, SpecPhase
+from phasegate.domain.rag import RetrievalQuery, context_sections, pack
+from phasegate.domain.signing import ApproverKey
+from phasegate.domain.spec import ParsedSpec, SpecPhase
+from phasegate.temporal import application_error
 
-__all__ = ["DefinitionActivities", "to_application_error"]
-
-
-def to_application_error(exc: PhasegateError) -> ApplicationError:
-    """A phasegate error as a non-retryable ``ApplicationError`` (type = error code)."""
-    return ApplicationError(str(exc), exc.details(), type=exc.code, non_retryable=True)
+__all__ = ["DefinitionActivities"]
 
 
 class DefinitionActivities:
@@ -98,7 +93,7 @@ class DefinitionActivities:
         try:
             plan = self.plan(req)
         except PhasegateError as exc:
-            raise to_application_error(exc) from None
+            raise application_error(exc) from None
         plan.first_phase = self.with_context(plan.ref, plan.first_phase)
         self._warm(plan.ref, 1)
         return plan
@@ -110,7 +105,7 @@ class DefinitionActivities:
             wf = find_workflow(req.ref.workflow_type, self.library_paths)
             phase = self.build_phase(wf, req.ref, req.index)
         except PhasegateError as exc:
-            raise to_application_error(exc) from None
+            raise application_error(exc) from None
         self._warm(req.ref, req.index + 1)
         return self.with_context(req.ref, phase)
 

@@ -11,23 +11,27 @@ import json
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
 
-from domain.errors import DefinitionError, GateDefinitionError, TemplateNotFound, WorkflowNotFound
-from domain.gate_fallback import gate_from_markdown
-from domain.gates import GateDefinition, load_gate
-from domain.library import PhaseMetadata, TaskMetadata, WorkflowMetadata
+from phasegate.domain.errors import (
+    DefinitionError,
+    GateDefinitionError,
+    TemplateNotFound,
+    WorkflowNotFound,
+)
+from phasegate.domain.gate_fallback import gate_from_markdown
+from phasegate.domain.gates import GateDefinition, load_gate
+from phasegate.domain.library import PhaseMetadata, TaskMetadata, WorkflowMetadata
 
 T = TypeVar("T")
 
 __all__ = [
     "WorkflowDir",
-    "check_library",
     "find_workflow",
     "list_workflows",
     "load_gate_file",
@@ -194,74 +198,3 @@ def _find_task_file(pdir: Path, k: int) -> str:
     for f in sorted(pdir.glob(f"task-{k}-*.md")) + sorted(pdir.glob(f"task-{k}.md")):
         return f.name
     return f"task-{k}.md"
-
-
-@dataclass
-class CheckReport:
-    """Problems found by :func:`check_library` (errors block loading; warnings do not)."""
-
-    errors: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    workflows: list[str] = field(default_factory=list)
-
-
-def check_library(library_dir: str) -> CheckReport:
-    """Load every workflow under ``library_dir`` the way a session would, collecting problems."""
-    from activities.templates import Renderer  # local: templates imports this module
-
-    report = CheckReport()
-    root = Path(library_dir)
-    if not root.is_dir():
-        report.errors.append(f"{root}: not a directory")
-        return report
-    metas = sorted(root.glob("*/metadata.json"))
-    if not metas:
-        report.errors.append(f"{root}: no <workflow_type>/metadata.json found")
-    renderer = Renderer()
-    for meta_file in metas:
-        wdir = meta_file.parent
-        try:
-            meta = load_metadata(wdir)
-        except DefinitionError as exc:
-            report.errors.append(str(exc))
-            continue
-        report.workflows.append(meta.workflow_type)
-        if not meta.static_phases and not meta.dynamic_phases:
-            report.errors.append(f"{meta_file}: no phases defined")
-        for phase in meta.static_phases:
-            pdir = static_phase_dir(wdir, phase)
-            _collect(report, lambda pdir=pdir: renderer.check(pdir / "phase.md"))
-            for _, task_file in static_phase_tasks(wdir, phase):
-                _collect(report, lambda f=task_file: renderer.check(f))
-            gate_file = pdir / "gate-definition.yaml"
-            if not gate_file.is_file():
-                report.warnings.append(f"{gate_file}: absent; requirements parsed from phase.md")
-            _collect(report, lambda pdir=pdir: _gate_with_text(pdir))
-        if meta.dynamic_phases:
-            cfg = meta.dynamic_config
-            if cfg is None:
-                report.errors.append(f"{meta_file}: dynamic_phases without dynamic_config")
-                continue
-            for key in ("phase", "task"):
-                tpl = cfg.templates.get(key)
-                if not tpl:
-                    report.errors.append(f"{meta_file}: dynamic_config.templates.{key} missing")
-                    continue
-                _collect(report, lambda t=tpl, wdir=wdir: renderer.check(wdir / t))
-            base = wdir / "phases" / "dynamic" / "gate-definition.yaml"
-            if base.is_file():
-                _collect(report, lambda base=base: load_gate_file(base))
-    return report
-
-
-def _gate_with_text(pdir: Path) -> GateDefinition:
-    phase_md = pdir / "phase.md"
-    text = phase_md.read_text(encoding="utf-8") if phase_md.is_file() else ""
-    return load_gate_file(pdir / "gate-definition.yaml", fallback_markdown=text)
-
-
-def _collect(report: CheckReport, fn) -> None:
-    try:
-        fn()
-    except DefinitionError as exc:
-        report.errors.append(str(exc))

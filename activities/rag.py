@@ -35,8 +35,8 @@ from markdown_it import MarkdownIt
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.library import list_workflows
-from domain.rag import (
+from phasegate.activities.library import list_workflows
+from phasegate.domain.rag import (
     Chunk,
     ChunkMeta,
     RetrievalQuery,

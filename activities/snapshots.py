@@ -16,9 +16,9 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from activities.tasks_parser import parse_tasks_md
-from domain.errors import DefinitionError
-from domain.spec import ParsedSpec
+from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.domain.errors import DefinitionError
+from phasegate.domain.spec import ParsedSpec
 
 __all__ = ["SnapshotStore", "resolve_spec_path"]
 

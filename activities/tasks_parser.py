@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 
-from activities._tasks_md_markdown import block_parser
-from activities._tasks_md_text import plain_heading
-from activities._tasks_md_tree import LISTS, Node, build_tree, drain, item_text
-from activities._tasks_md_walk import PhaseHeadingWalker, phase_layout, walk_numbered
-from domain.errors import SpecParseError
-from domain.spec import ParsedSpec, ParseWarning
+from phasegate.activities._tasks_md_markdown import block_parser
+from phasegate.activities._tasks_md_text import plain_heading
+from phasegate.activities._tasks_md_tree import LISTS, Node, build_tree, drain, item_text
+from phasegate.activities._tasks_md_walk import PhaseHeadingWalker, phase_layout, walk_numbered
+from phasegate.domain.errors import SpecParseError
+from phasegate.domain.spec import ParsedSpec, ParseWarning
 
 __all__ = ["EXPECTED_FORMAT_HINT", "generate_tasks_md", "parse_tasks_md"]
 

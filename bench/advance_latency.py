@@ -23,10 +23,10 @@ from _common import bench_environment, ms, pct, start_bench_worker, stop_bench_w
 from baseline import RawUpdateWorkflow
 from temporalio.client import Client
 
-from client.api import PhasegateClient
-from domain.messages import CheckpointSubmission, SessionOptions
-from domain.settings import Settings
-from workflows.gated_session import GatedSession
+from phasegate.client.api import PhasegateClient
+from phasegate.domain.messages import CheckpointSubmission, SessionOptions
+from phasegate.domain.settings import Settings
+from phasegate.workflows.gated_session import GatedSession
 
 
 def write_library(

@@ -22,13 +22,13 @@ from pathlib import Path
 import _common  # noqa: F401  (sys.path)
 from _common import median, ms, pct
 
-import activities.library
-from activities.definitions import DefinitionActivities
-from activities.library import find_workflow
-from activities.snapshots import SnapshotStore
-from activities.tasks_parser import _MD, generate_tasks_md, parse_tasks_md
-from client.connect import SHIPPED_LIBRARY
-from domain.messages import LoadSessionRequest, SessionOptions
+from phasegate import SHIPPED_LIBRARY
+from phasegate.activities import library as library_module
+from phasegate.activities.definitions import DefinitionActivities
+from phasegate.activities.library import find_workflow
+from phasegate.activities.snapshots import SnapshotStore
+from phasegate.activities.tasks_parser import _MD, generate_tasks_md, parse_tasks_md
+from phasegate.domain.messages import LoadSessionRequest, SessionOptions
 
 WORKFLOW = "spec_execution_v1"
 PHASE = 5  # a phase built from the spec (phase 0 is the static planning phase)
@@ -77,7 +77,7 @@ def measure_render(spec: Path, target: Path, home: Path, renders: int) -> tuple[
     # (the spec snapshot is read back from JSON, templates compile again), and the
     # module-level memo of library files (metadata, gates; keyed by mtime) is
     # emptied, so the first render below is really cold.
-    activities.library._MEMO.clear()
+    library_module._MEMO.clear()
     acts = DefinitionActivities([SHIPPED_LIBRARY], str(home))
 
     def render() -> None:

@@ -28,8 +28,8 @@ from pathlib import Path
 import _common  # noqa: F401  (sys.path)
 from _common import median, ms, pct
 
-from activities.rag import FtsIndex, fts_match_query
-from domain.rag import RetrievalQuery
+from phasegate.activities.rag import FtsIndex, fts_match_query
+from phasegate.domain.rag import RetrievalQuery
 
 WORKFLOW = "bench_rag_v1"
 PHASES = 10

@@ -19,9 +19,9 @@ import _common
 from _common import bench_environment, ms, pct, start_bench_worker, stop_bench_worker
 from advance_latency import write_library
 
-from client.api import PhasegateClient
-from domain.messages import CheckpointSubmission
-from workflows.gated_session import GatedSession
+from phasegate.client.api import PhasegateClient
+from phasegate.domain.messages import CheckpointSubmission
+from phasegate.workflows.gated_session import GatedSession
 
 VERIFY = "verify:\n  - {name: trivial, kind: command, argv: ['true'], timeout_seconds: 30}\n"
 

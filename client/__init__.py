@@ -2,8 +2,6 @@
 
 - :class:`PhasegateClient` (``client.api``): typed async API to start, read and
   drive gated sessions; what the CLI and the MCP server use.
-- :func:`connect` / :func:`load_settings` (``client.connect``): a Temporal
-  client with phasegate's settings and the pydantic data converter.
 - :class:`DevServer` (``client.devserver``): the embedded Temporal dev server.
 - ``client.cli``: the ``phasegate`` command line.
 
@@ -17,17 +15,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from client.api import PhasegateClient
-    from client.connect import connect, load_settings
-    from client.devserver import DevServer
+    from phasegate.client.api import PhasegateClient
+    from phasegate.client.devserver import DevServer
 
-__all__ = ["DevServer", "PhasegateClient", "connect", "load_settings"]
+__all__ = ["DevServer", "PhasegateClient"]
 
 _HOMES = {
-    "PhasegateClient": "client.api",
-    "connect": "client.connect",
-    "load_settings": "client.connect",
-    "DevServer": "client.devserver",
+    "PhasegateClient": "phasegate.client.api",
+    "DevServer": "phasegate.client.devserver",
 }
 
 

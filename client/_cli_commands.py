@@ -18,16 +18,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from client import _cli_render as render
-from domain.errors import PhasegateError
+from phasegate.client import _cli_render as render
+from phasegate.domain.errors import PhasegateError
 
 if TYPE_CHECKING:
-    from client.api import PhasegateClient
-    from domain.settings import Settings
+    from phasegate.client.api import PhasegateClient
+    from phasegate.domain.settings import Settings
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE_FAILED, EXIT_REFUSED = 0, 1, 2, 3
 _FINISHED = ("completed", "abandoned")
-_UNREACHABLE_MARKS = ("connecterror", "connection refused", "tcp connect", "dns error", "timed out")
 
 
 # ---------------------------------------------------------------- small helpers
@@ -65,7 +64,7 @@ def _approver_key(item: str) -> dict[str, str]:
     if "=" in item:
         name, _, public = item.partition("=")
         return {"name": name.strip(), "public_key": public.strip()}
-    from client import keys
+    from phasegate.client import keys
 
     return keys.public_key(item).model_dump()
 
@@ -81,26 +80,6 @@ def _approver(name: str | None) -> str:
         raise PhasegateError("who is deciding?", hint="pass --as NAME") from None
 
 
-def _target_host(settings: Settings) -> str:
-    try:
-        from temporalio.envconfig import ClientConfig
-
-        return str(ClientConfig.load_client_connect_config().get("target_host") or "") or (
-            settings.temporal_address
-        )
-    except (RuntimeError, ValueError, OSError):  # a broken profile must not hide the real error
-        return settings.temporal_address
-
-
-def _unreachable(settings: Settings, detail: str = "") -> PhasegateError:
-    host = _target_host(settings)
-    if detail and not any(m in detail.lower() for m in _UNREACHABLE_MARKS):
-        return PhasegateError(f"cannot connect to Temporal at {host}: {detail}")
-    return PhasegateError(
-        f"cannot reach Temporal at {host}", hint="start it with `phasegate server`"
-    )
-
-
 # ---------------------------------------------------------------- commands needing Temporal
 
 
@@ -112,13 +91,10 @@ class _Ctx:
         self.settings = settings
 
     async def client(self) -> PhasegateClient:
-        from client.api import PhasegateClient
-        from client.connect import connect
+        from phasegate.client.api import PhasegateClient
+        from phasegate.temporal import connect
 
-        try:
-            temporal = await connect(self.settings)
-        except RuntimeError as exc:  # temporalio: "Failed client connect: ..."
-            raise _unreachable(self.settings, str(exc)) from None
+        temporal = await connect(self.settings)  # raises TemporalUnreachable with the fix
         return PhasegateClient(temporal, self.settings.task_queue)
 
     def emit(self, model: Any, text: str) -> None:
@@ -128,7 +104,7 @@ class _Ctx:
 async def start(ctx: _Ctx) -> int:
     from pydantic import ValidationError
 
-    from domain.messages import SessionOptions
+    from phasegate.domain.messages import SessionOptions
 
     a = ctx.args
     opts = dict(_key_value(item, "--option") for item in a.option)
@@ -197,7 +173,7 @@ async def task(ctx: _Ctx) -> int:
 
 def _show_or_refuse(ctx: _Ctx, view: Any, show: Callable[[Any], str]) -> int:
     """Print a phase/task view, or the refusal a future one gets (exit 3)."""
-    from domain.messages import SequenceViolation
+    from phasegate.domain.messages import SequenceViolation
 
     if isinstance(view, SequenceViolation):
         if ctx.args.json:
@@ -246,7 +222,7 @@ async def submit(ctx: _Ctx) -> int:
 
 
 async def decide(ctx: _Ctx) -> int:
-    from client import keys
+    from phasegate.client import keys
 
     a = ctx.args
     name = _approver(a.as_name)
@@ -274,7 +250,7 @@ async def decide(ctx: _Ctx) -> int:
 
 
 async def control(ctx: _Ctx) -> int:
-    from domain.messages import ControlRequest
+    from phasegate.domain.messages import ControlRequest
 
     a = ctx.args
     req = ControlRequest(
@@ -297,7 +273,7 @@ async def list_sessions(ctx: _Ctx) -> int:
 async def watch(ctx: _Ctx) -> int:
     from datetime import datetime
 
-    from domain.errors import SessionNotActive
+    from phasegate.domain.errors import SessionNotActive
 
     a = ctx.args
     pg = await ctx.client()
@@ -329,7 +305,7 @@ def remote(handler: Callable[[_Ctx], Awaitable[int]]) -> Callable[..., int]:
 
     def run(args: argparse.Namespace, settings: Settings) -> int:
         from temporalio.exceptions import WorkflowAlreadyStartedError
-        from temporalio.service import RPCError, RPCStatusCode
+        from temporalio.service import RPCError
 
         args.temporal = True  # main() skips interpreter shutdown (see its docstring)
         try:
@@ -339,11 +315,9 @@ def remote(handler: Callable[[_Ctx], Awaitable[int]]) -> Callable[..., int]:
                 f"session {exc.workflow_id} already exists", hint="pick another --id, or omit it"
             ) from None
         except RPCError as exc:
-            if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-                raise _unreachable(settings, exc.message) from None
-            from client.api import error_from
+            from phasegate.temporal import phasegate_error
 
-            raise error_from(exc) from None
+            raise phasegate_error(exc, settings) from None
 
     return run
 
@@ -352,7 +326,7 @@ def remote(handler: Callable[[_Ctx], Awaitable[int]]) -> Callable[..., int]:
 
 
 def server(args: argparse.Namespace, settings: Settings) -> NoReturn:
-    from client.devserver import server_command
+    from phasegate.client.devserver import server_command
 
     db = _abspath(args.db or str(Path(settings.home) / "temporal.db"))
     ui_port = None if args.headless else (args.ui_port or settings.ui_port)
@@ -366,21 +340,16 @@ def server(args: argparse.Namespace, settings: Settings) -> NoReturn:
 def worker(args: argparse.Namespace, settings: Settings) -> int:
     import logging
 
-    from worker import run_worker
+    from phasegate.worker import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args.temporal = True
-    try:
-        asyncio.run(run_worker(settings))
-    except RuntimeError as exc:
-        if "client connect" in str(exc).lower():
-            raise _unreachable(settings, str(exc)) from None
-        raise
+    asyncio.run(run_worker(settings))  # an unreachable server raises TemporalUnreachable
     return EXIT_OK
 
 
 def spec_parse(args: argparse.Namespace, settings: Settings) -> int:
-    from activities.tasks_parser import parse_tasks_md
+    from phasegate.activities.tasks_parser import parse_tasks_md
 
     path = Path(args.path).expanduser()
     if path.is_dir():
@@ -400,7 +369,7 @@ def spec_parse(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def library_list(args: argparse.Namespace, settings: Settings) -> int:
-    from activities.library import list_workflows
+    from phasegate.activities.library import list_workflows
 
     workflows = list_workflows(settings.library_paths)
     if args.json:
@@ -427,7 +396,7 @@ def library_list(args: argparse.Namespace, settings: Settings) -> int:
 def library_check(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
-    from activities.library import check_library
+    from phasegate.activities.library_check import check_library
 
     report = check_library(args.dir)
     if args.json:

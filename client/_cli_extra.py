@@ -6,16 +6,16 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from client._cli_commands import EXIT_OK, echo
+from phasegate.client._cli_commands import EXIT_OK, echo
 
 if TYPE_CHECKING:
-    from domain.settings import Settings
+    from phasegate.domain.settings import Settings
 
 
 def _rag(settings: Settings, extra_dirs: list[str]):
     from pathlib import Path
 
-    from activities.rag import RagActivities
+    from phasegate.activities.rag import RagActivities
 
     Path(settings.home).mkdir(parents=True, exist_ok=True)
     dirs = [*settings.standards_dirs, *(str(Path(d).resolve()) for d in extra_dirs)]
@@ -48,8 +48,8 @@ def search(args: argparse.Namespace, settings: Settings) -> int:
     """Query the retrieval index the way a phase's context is built."""
     from pathlib import Path
 
-    from activities.rag import FtsIndex
-    from domain.rag import RetrievalQuery
+    from phasegate.activities.rag import FtsIndex
+    from phasegate.domain.rag import RetrievalQuery
 
     if args.dirs or not Path(settings.rag_db).is_file():
         _reindex(settings, args.dirs)  # build it first
@@ -83,7 +83,7 @@ def search(args: argparse.Namespace, settings: Settings) -> int:
 
 def mcp(args: argparse.Namespace, settings: Settings) -> int:
     """Run the MCP server for coding agents (stdio, or streamable HTTP with --http)."""
-    from client import mcp_server
+    from phasegate.client import mcp_server
 
     args.temporal = True
     return mcp_server.main(["--http", str(args.http)] if args.http else [])
@@ -91,7 +91,7 @@ def mcp(args: argparse.Namespace, settings: Settings) -> int:
 
 def keys_new(args: argparse.Namespace, settings: Settings) -> int:
     """Create an approver's Ed25519 key pair (private key 0600 in the config dir)."""
-    from client import keys
+    from phasegate.client import keys
 
     key = keys.new_key(args.name, overwrite=args.force)
     if args.json:
@@ -107,7 +107,7 @@ def keys_new(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def keys_list(args: argparse.Namespace, settings: Settings) -> int:
-    from client import keys
+    from phasegate.client import keys
 
     found = keys.list_keys()
     if args.json:
@@ -121,13 +121,13 @@ def keys_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def keys_export(args: argparse.Namespace, settings: Settings) -> int:
     """Print ``{name, public_key}``: an entry for ``approver_keys`` (options or metadata.json)."""
-    from client import keys
+    from phasegate.client import keys
 
     echo(keys.public_key(args.name).model_dump_json())
     return EXIT_OK
 
 
 def _fingerprint(public_key: str) -> str:
-    from domain.signing import fingerprint
+    from phasegate.domain.signing import fingerprint
 
     return fingerprint(public_key)

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from activities.library import CheckReport, WorkflowDir
-    from client.api import SessionListing
-    from domain.gates import Problem
-    from domain.messages import (
+    from phasegate.activities.library import WorkflowDir
+    from phasegate.activities.library_check import CheckReport
+    from phasegate.client.api import SessionListing
+    from phasegate.domain.gates import Problem
+    from phasegate.domain.messages import (
         CheckpointResult,
         ControlResult,
         PhaseContent,
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
         TaskSummary,
         TaskView,
     )
-    from domain.spec import ParsedSpec
+    from phasegate.domain.spec import ParsedSpec
 
 __all__ = [
     "phase_count",

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from domain.gates import Problem
-    from domain.messages import (
+    from phasegate.domain.gates import Problem
+    from phasegate.domain.messages import (
         CheckpointResult,
         PhaseContent,
         PhaseView,

@@ -22,11 +22,10 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from domain.errors import ERROR_TYPES, PhasegateError, SessionError
-from domain.messages import (
+from phasegate.domain.errors import SessionError
+from phasegate.domain.messages import (
     ApprovalDecision,
     CheckpointResult,
     CheckpointSubmission,
@@ -42,14 +41,11 @@ from domain.messages import (
     TaskQuery,
     TaskView,
 )
-from domain.settings import Settings
-from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW, GatedSession
+from phasegate.domain.settings import Settings
+from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, phasegate_error
+from phasegate.workflows.gated_session import GatedSession
 
-__all__ = ["PhasegateClient", "SessionListing", "SessionNotFound", "error_from"]
-
-
-class SessionNotFound(SessionError):
-    code = "session_not_found"
+__all__ = ["PhasegateClient", "SessionListing"]
 
 
 class SessionListing(BaseModel):
@@ -59,26 +55,6 @@ class SessionListing(BaseModel):
     phase: int | None
     execution_status: str
     started_at: datetime | None
-
-
-def error_from(exc: BaseException) -> PhasegateError:
-    """Translate a Temporal client failure into the phasegate error it carries."""
-    cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, ApplicationError):
-        cause = cause.__cause__ or getattr(cause, "cause", None)
-    if isinstance(cause, ApplicationError):
-        details = cause.details[0] if cause.details else None
-        cls = ERROR_TYPES.get(cause.type or "", PhasegateError)
-        if isinstance(details, dict) and details.get("message"):
-            err = cls(details["message"], where=details.get("where"), hint=details.get("hint"))
-        else:
-            err = cls(cause.message)
-        if cls is PhasegateError:
-            err.code = cause.type or "phasegate_error"  # keep the workflow's code
-        return err
-    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
-        return SessionNotFound(str(exc.message), hint="check the id with `phasegate list`")
-    return PhasegateError(str(exc) or type(exc).__name__)
 
 
 class PhasegateClient:
@@ -95,7 +71,7 @@ class PhasegateClient:
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> PhasegateClient:
-        from client.connect import connect, load_settings
+        from phasegate.temporal import connect, load_settings
 
         settings = settings or load_settings()
         return cls(await connect(settings), settings.task_queue)
@@ -155,7 +131,7 @@ class PhasegateClient:
                 try:
                     await handle.result()
                 except WorkflowFailureError as exc:
-                    raise error_from(exc) from None
+                    raise phasegate_error(exc) from None
             if asyncio.get_running_loop().time() > deadline:
                 raise SessionError(
                     f"session {session_id} did not start within {timeout:.0f}s",
@@ -204,7 +180,7 @@ class PhasegateClient:
         try:
             await self.handle(session_id).signal(GatedSession.checkpoint, sub)
         except RPCError as exc:
-            raise error_from(exc) from None
+            raise phasegate_error(exc) from None
 
     async def decide(
         self,
@@ -253,9 +229,9 @@ class PhasegateClient:
                 if attempt < _TRANSIENT_RETRIES and _transient(exc):
                     await asyncio.sleep(0.05 * (attempt + 1))
                     continue
-                raise error_from(exc) from None
+                raise phasegate_error(exc) from None
             except WorkflowUpdateFailedError as exc:
-                raise error_from(exc) from None
+                raise phasegate_error(exc) from None
         raise AssertionError("unreachable")
 
     async def result(self, session_id: str) -> SessionSummary:
@@ -263,7 +239,7 @@ class PhasegateClient:
             handle = self.temporal.get_workflow_handle_for(GatedSession.run, session_id)
             return await handle.result()
         except (WorkflowFailureError, RPCError) as exc:
-            raise error_from(exc) from None
+            raise phasegate_error(exc) from None
 
     async def list(
         self,
@@ -297,7 +273,7 @@ class PhasegateClient:
         try:
             return await self.handle(session_id).query(query, *args)
         except (WorkflowQueryFailedError, RPCError) as exc:
-            raise error_from(exc) from None
+            raise phasegate_error(exc) from None
 
 
 _TRANSIENT_RETRIES = 8

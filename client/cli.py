@@ -24,10 +24,10 @@ import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
-from client import _cli_commands as cmd
-from client import _cli_extra as extra
-from client._cli_commands import EXIT_ERROR, EXIT_GATE_FAILED, EXIT_OK, EXIT_REFUSED
-from domain.errors import PhasegateError
+from phasegate.client import _cli_commands as cmd
+from phasegate.client import _cli_extra as extra
+from phasegate.client._cli_commands import EXIT_ERROR, EXIT_GATE_FAILED, EXIT_OK, EXIT_REFUSED
+from phasegate.domain.errors import PhasegateError
 
 __all__ = ["EXIT_ERROR", "EXIT_GATE_FAILED", "EXIT_OK", "EXIT_REFUSED", "build_parser", "main"]
 
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from client.connect import load_settings
+    from phasegate.temporal import load_settings
 
     with _env_overrides(args):
         try:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Self
 
-from domain.errors import PhasegateError
-from domain.settings import SEARCH_ATTRIBUTES
+from phasegate.domain.errors import PhasegateError
+from phasegate.domain.settings import SEARCH_ATTRIBUTES
 
 __all__ = ["DevServer", "free_port", "server_command", "temporal_binary"]
 

@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from domain.errors import PhasegateError
-from domain.signing import ApproverKey, canonical_message
+from phasegate.domain.errors import PhasegateError
+from phasegate.domain.signing import ApproverKey, canonical_message
 
 __all__ = [
     "config_dir",

@@ -40,19 +40,19 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, StringConstraints
 
-from client import _mcp_render as render
-from domain.errors import PayloadTooLarge, PhasegateError, PhaseSequenceViolation
-from domain.messages import (
+from phasegate.client import _mcp_render as render
+from phasegate.domain.errors import PayloadTooLarge, PhasegateError, PhaseSequenceViolation
+from phasegate.domain.messages import (
     DEFAULT_MAX_EVIDENCE_BYTES,
     PhaseView,
     SequenceViolation,
     SessionOptions,
     SessionView,
 )
-from domain.settings import Settings
+from phasegate.domain.settings import Settings
 
 if TYPE_CHECKING:
-    from client.api import PhasegateClient
+    from phasegate.client.api import PhasegateClient
 
 __all__ = ["MAX_EVIDENCE_BYTES", "TOOL_NAMES", "build_server", "main"]
 
@@ -70,14 +70,6 @@ MAX_EVIDENCE_BYTES = DEFAULT_MAX_EVIDENCE_BYTES
 """Evidence larger than this (compact JSON, as the workflow measures it) is refused unsent."""
 
 _START_TIMEOUT = 30.0
-_UNREACHABLE_MARKS = (
-    "connecterror",
-    "connection refused",
-    "tcp connect",
-    "dns error",
-    "timed out",
-    "unavailable",
-)
 _INSTRUCTIONS = (
     "phasegate runs phase-gated workflows. Work one phase at a time: get_current_phase, do "
     "the work, then submit_checkpoint with evidence for every gate field. A failed checkpoint "
@@ -149,18 +141,6 @@ def _violation(v: SequenceViolation) -> CallToolResult:
     return CallToolResult(content=[TextContent(text=text)], structured_content=data, is_error=True)
 
 
-def _unreachable(host: str, detail: str = "") -> PhasegateError:
-    """``cannot reach Temporal at HOST`` (code ``temporal_unreachable``), or the connect failure."""
-    if detail and not any(m in detail.lower() for m in _UNREACHABLE_MARKS):
-        err = PhasegateError(f"cannot connect to Temporal at {host}: {detail}")
-    else:
-        err = PhasegateError(
-            f"cannot reach Temporal at {host}", hint="start it with `phasegate server`"
-        )
-    err.code = "temporal_unreachable"
-    return err
-
-
 def _local_path(value: str, *, must_exist: bool) -> str:
     """Resolve a path the agent gave relative to this server's directory (where the agent runs)."""
     path = Path(value).expanduser()
@@ -189,13 +169,10 @@ class PhasegateTools:
         """
         async with self._lock:
             if self._client is None:
-                from client.api import PhasegateClient
-                from client.connect import connect
+                from phasegate.client.api import PhasegateClient
+                from phasegate.temporal import connect
 
-                try:
-                    temporal = await connect(self.settings)
-                except Exception as exc:  # noqa: BLE001 - temporalio raises RuntimeError; config errors vary
-                    raise _unreachable(self.settings.temporal_address, str(exc)) from None
+                temporal = await connect(self.settings)  # TemporalUnreachable says what to do
                 self._client = PhasegateClient(temporal, self.settings.task_queue)
             return self._client
 
@@ -204,10 +181,6 @@ class PhasegateTools:
         try:
             return await work
         except PhasegateError as err:
-            if err.code == "phasegate_error" and any(
-                m in err.message.lower() for m in _UNREACHABLE_MARKS
-            ):
-                err = _unreachable(self.settings.temporal_address)
             return _error(err)
         except Exception as exc:  # the agent gets the reason, the log the traceback
             logger.exception("tool call failed")
@@ -219,7 +192,7 @@ class PhasegateTools:
         """Workflow types in the configured libraries (no Temporal needed)."""
 
         async def work() -> CallToolResult:
-            from activities.library import list_workflows
+            from phasegate.activities.library import list_workflows
 
             found = await asyncio.to_thread(list_workflows, self.settings.library_paths)
             infos = [
@@ -338,7 +311,7 @@ class PhasegateTools:
         """Submit checkpoint evidence; refuse oversized evidence before sending it."""
 
         async def work() -> CallToolResult:
-            from domain.session import evidence_size
+            from phasegate.domain.session import evidence_size
 
             size = evidence_size(evidence)
             if size > MAX_EVIDENCE_BYTES:
@@ -389,10 +362,10 @@ def build_server(settings: Settings | None = None) -> MCPServer:
     """The phasegate MCP server with its six tools.
 
     Args:
-        settings: Defaults to the environment (``client.connect.load_settings``).
+        settings: Defaults to the environment (``phasegate.temporal.load_settings``).
     """
     if settings is None:
-        from client.connect import load_settings
+        from phasegate.temporal import load_settings
 
         settings = load_settings()
     tools = PhasegateTools(settings)

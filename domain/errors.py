@@ -9,16 +9,20 @@ Hierarchy::
     │   └── GateDefinitionError        "gate_definition_invalid"
     ├── SpecParseError                 "source_parse_failed" (tasks.md)
     ├── ExpressionError                "expression_invalid" (restricted evaluator)
+    ├── TemporalUnreachable            "temporal_unreachable" (no server at the address)
     └── SessionError                   a request a session refuses
         ├── PhaseSequenceViolation     "phase_sequence_violation"
         ├── SessionNotActive           "session_not_active"
         ├── PayloadTooLarge            "payload_too_large"
-        └── ApprovalRefused            "approval_refused"
+        ├── ApprovalRefused            "approval_refused"
+        └── SessionNotFound            "session_not_found" (no such session id)
 
 Every error carries ``where`` (``file:line`` or a field path, when known) and
 ``hint`` (what to do next). ``str(err)`` renders all three on one line, which is
-what the CLI prints. Activities turn these into non-retryable
-``ApplicationError`` with ``type=code`` so clients can branch on the code.
+what the CLI prints. ``phasegate.temporal.application_error`` turns one into a
+non-retryable ``ApplicationError`` with ``type=code`` (workflows and activities),
+and ``phasegate.temporal.phasegate_error`` turns a Temporal failure back into the
+error it carries (clients), so callers branch on ``err.code``.
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ __all__ = [
     "PhasegateError",
     "SessionError",
     "SessionNotActive",
+    "SessionNotFound",
     "SpecParseError",
     "TemplateNotFound",
+    "TemporalUnreachable",
     "WorkflowNotFound",
 ]
 
@@ -109,6 +115,12 @@ class ExpressionError(PhasegateError):
     code = "expression_invalid"
 
 
+class TemporalUnreachable(PhasegateError):
+    """No Temporal server answers at the configured address (CLI, MCP and API alike)."""
+
+    code = "temporal_unreachable"
+
+
 class SessionError(PhasegateError):
     code = "session_error"
 
@@ -129,6 +141,10 @@ class ApprovalRefused(SessionError):
     code = "approval_refused"
 
 
+class SessionNotFound(SessionError):
+    code = "session_not_found"
+
+
 ERROR_TYPES: dict[str, type[PhasegateError]] = {
     cls.code: cls
     for cls in (
@@ -139,10 +155,12 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         GateDefinitionError,
         SpecParseError,
         ExpressionError,
+        TemporalUnreachable,
         SessionError,
         PhaseSequenceViolation,
         SessionNotActive,
         PayloadTooLarge,
         ApprovalRefused,
+        SessionNotFound,
     )
 }

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import GeneratorType
 from typing import Any
 
-from domain.errors import ExpressionError
+from phasegate.domain.errors import ExpressionError
 
 __all__ = ["CompiledExpression", "compile_expression"]
 

@@ -22,7 +22,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
-from domain.gates import ApprovalSpec, FieldSpec, FieldType, GateDefinition
+from phasegate.domain.gates import ApprovalSpec, FieldSpec, FieldType, GateDefinition
 
 __all__ = ["gate_from_checklist", "gate_from_markdown", "slugify_field"]
 

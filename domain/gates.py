@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from domain.errors import ExpressionError, GateDefinitionError
-from domain.expressions import CompiledExpression, compile_expression
-from domain.regex import check_regex
-from domain.verify import parse_checks
+from phasegate.domain.errors import ExpressionError, GateDefinitionError
+from phasegate.domain.expressions import CompiledExpression, compile_expression
+from phasegate.domain.regex import check_regex
+from phasegate.domain.verify import parse_checks
 
 __all__ = [
     "ApprovalSpec",

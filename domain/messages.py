@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.gates import GateDefinition, Problem
-from domain.signing import ApproverKey
-from domain.verify import VerifyResult
+from phasegate.domain.gates import GateDefinition, Problem
+from phasegate.domain.signing import ApproverKey
+from phasegate.domain.verify import VerifyResult
 
 __all__ = [
     "ApprovalDecision",

@@ -16,15 +16,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from domain.errors import (
+from phasegate.domain.errors import (
     ApprovalRefused,
     PayloadTooLarge,
     PhaseSequenceViolation,
     SessionError,
     SessionNotActive,
 )
-from domain.gates import GateEvaluation, Problem, evaluate_gate
-from domain.messages import (
+from phasegate.domain.gates import GateEvaluation, Problem, evaluate_gate
+from phasegate.domain.messages import (
     ApprovalDecision,
     ApprovalRecord,
     Attempt,
@@ -48,8 +48,8 @@ from domain.messages import (
     TaskSummary,
     TaskView,
 )
-from domain.signing import ApproverKey, check_signed_decision
-from domain.verify import VerifyResult
+from phasegate.domain.signing import ApproverKey, check_signed_decision
+from phasegate.domain.verify import VerifyResult
 
 __all__ = ["MAX_REMEMBERED_SUBMISSIONS", "SessionState", "evidence_size"]
 

@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from domain.errors import GateDefinitionError
-from domain.regex import check_regex
+from phasegate.domain.errors import GateDefinitionError
+from phasegate.domain.regex import check_regex
 
 __all__ = [
     "CHECK_MODELS",

@@ -20,15 +20,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from client import keys
-from client.api import PhasegateClient
-from client.connect import connect, load_settings
-from client.devserver import DevServer
-from domain.errors import PhasegateError
-from domain.messages import GateView, PhaseView, SequenceViolation, SessionOptions
-from worker import build_worker
+from phasegate.client import keys
+from phasegate.client.api import PhasegateClient
+from phasegate.client.devserver import DevServer
+from phasegate.domain.errors import PhasegateError
+from phasegate.domain.messages import GateView, PhaseView, SequenceViolation, SessionOptions
+from phasegate.temporal import connect, load_settings
+from phasegate.worker import build_worker
 
 SPEC = REPO / "examples" / "specs" / "todo-api"
 BOLD, DIM, GREEN, RED, RESET = (

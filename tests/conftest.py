@@ -15,16 +15,15 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from client.api import PhasegateClient
-from client.connect import SHIPPED_LIBRARY
-from client.devserver import temporal_binary
-from domain.settings import Settings
-from worker import build_worker
-from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
+from phasegate import SHIPPED_LIBRARY
+from phasegate.client.api import PhasegateClient
+from phasegate.client.devserver import temporal_binary
+from phasegate.domain.settings import Settings
+from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
+from phasegate.worker import build_worker
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -35,8 +34,8 @@ def dev_server_options() -> dict[str, Any]:
     phasegate's search attributes, the pydantic converter, time skipping allowed."""
     return {
         "dev_server_existing_path": temporal_binary(),
-        "search_attributes": [SA_WORKFLOW, SA_PHASE, SA_STATUS],
-        "data_converter": pydantic_data_converter,
+        "search_attributes": list(SEARCH_ATTRIBUTE_KEYS),
+        "data_converter": DATA_CONVERTER,
         "dev_server_extra_args": [
             "--dynamic-config-value",
             "frontend.WorkflowTimeSkippingEnabled=true",

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from client.api import PhasegateClient
-from client.devserver import free_port
+from phasegate.client.api import PhasegateClient
+from phasegate.client.devserver import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -53,7 +53,7 @@ async def _run(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "client.cli",
+        "phasegate.client.cli",
         *args,
         cwd=REPO,
         env=env,
@@ -231,7 +231,8 @@ async def test_unreachable_server(offline):
     assert r.code == 1 and r.out == ""
     assert r.err == (
         f"error: cannot reach Temporal at 127.0.0.1:{port} "
-        "(hint: start it with `phasegate server`)\n"
+        "(hint: start one with `phasegate server`, or point TEMPORAL_ADDRESS (or --address) "
+        "at your cluster)\n"
     )
 
 
@@ -240,7 +241,7 @@ async def test_server_runs_in_foreground(offline, tmp_path):
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "client.cli",
+        "phasegate.client.cli",
         "server",
         "--headless",
         "--port",
@@ -276,7 +277,7 @@ async def test_server_runs_in_foreground(offline, tmp_path):
     "argv", [["submit", "x", "--set", "novalue"], ["reject", "x", "--as", "a"]]
 )
 def test_usage_errors_exit_1(argv, capsys):
-    from client.cli import main
+    from phasegate.client.cli import main
 
     assert main(argv) == 1  # never 2, which means "gate failed"
     assert "error:" in capsys.readouterr().err

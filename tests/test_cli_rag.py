@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PHASEGATE_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "client.cli", *args],
+        [sys.executable, "-m", "phasegate.client.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from domain.settings import SEARCH_ATTRIBUTES, TASK_QUEUE
+from phasegate.domain.settings import SEARCH_ATTRIBUTES, TASK_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -131,7 +131,7 @@ def test_worker_is_built_here_and_scalable() -> None:
     assert settings["TEMPORAL_ADDRESS"] == "temporal:7233"
     assert settings["PHASEGATE_TASK_QUEUE"] == TASK_QUEUE
     if "command" in worker:
-        assert "worker.py" in command_text(worker)
+        assert "phasegate worker" in command_text(worker)
 
 
 def test_worker_waits_for_search_attributes() -> None:
@@ -164,8 +164,10 @@ def test_dockerfile_runs_the_worker() -> None:
     assert re.search(r"^COPY \. \.", text, re.MULTILINE), "the repository is copied"
     assert re.search(r"pip install \.", text)
     argv = dockerfile_cmd(text)
-    assert argv[0] == "python" and argv[1] == "worker.py"
-    assert (ROOT / argv[1]).is_file(), "the CMD's script exists in the build context"
+    # The installed console script, not a file of the build context: the image runs
+    # the wheel (library as package data), as a user's install would.
+    assert argv == ["phasegate", "worker"]
+    assert "rm -rf /src" in text, "the source tree is removed after the install"
 
 
 def test_dockerignore_keeps_local_state_out() -> None:

@@ -6,9 +6,9 @@ from typing import get_args
 
 import pytest
 
-from domain.errors import PhasegateError, PhaseSequenceViolation, SessionNotActive
-from domain.messages import ControlRequest, PhaseView, SequenceViolation, SessionStatus
-from workflows.gated_session import _details_markdown
+from phasegate.domain.errors import PhasegateError, PhaseSequenceViolation, SessionNotActive
+from phasegate.domain.messages import ControlRequest, PhaseView, SequenceViolation, SessionStatus
+from phasegate.workflows.gated_session import _details_markdown
 
 GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 
@@ -96,8 +96,8 @@ async def test_abandon_is_terminal_and_needs_a_reason(session_env, tmp_path):
 
 def test_every_status_renders_web_ui_details(tmp_path):
     """A status the details renderer does not know would fail the workflow task."""
-    from domain.messages import DefinitionRef, PhaseDefinition
-    from domain.session import SessionState
+    from phasegate.domain.messages import DefinitionRef, PhaseDefinition
+    from phasegate.domain.session import SessionState
 
     state = SessionState(
         workflow_type="w",
@@ -120,8 +120,8 @@ async def test_rollback_forgets_answers_about_undone_phases(session_env, tmp_pat
     # The same submission id after a rollback is a new submission, not a stale "passed"
     # pointing ahead. (Sent with a fresh update id: within one run Temporal itself answers a
     # repeated update id with its first outcome, which the agent has already seen.)
-    from domain.messages import CheckpointSubmission
-    from workflows.gated_session import GatedSession
+    from phasegate.domain.messages import CheckpointSubmission
+    from phasegate.workflows.gated_session import GatedSession
 
     again = await pg.handle(sid).execute_update(
         GatedSession.submit_checkpoint,
@@ -136,7 +136,7 @@ async def test_rollback_forgets_answers_about_undone_phases(session_env, tmp_pat
 
 async def test_large_evidence_survives_continue_as_new(session_env, tmp_path):
     """Near-cap evidence in many attempts must not push the carried state past 2 MB."""
-    from domain.messages import SessionOptions
+    from phasegate.domain.messages import SessionOptions
 
     pg, _ = session_env
     sid = await pg.start(

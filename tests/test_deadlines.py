@@ -18,10 +18,10 @@ import pytest_asyncio
 from conftest import dev_server_options
 from temporalio.testing import WorkflowEnvironment
 
-from client.api import PhasegateClient
-from domain.messages import SessionOptions, SessionView
-from worker import build_worker
-from workflows.gated_session import DEADLINE_ACTOR
+from phasegate.client.api import PhasegateClient
+from phasegate.domain.messages import SessionOptions, SessionView
+from phasegate.worker import build_worker
+from phasegate.workflows.gated_session import DEADLINE_ACTOR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "library"
 
@@ -145,7 +145,7 @@ async def test_decision_in_time_cancels_the_deadline(ts_env, settings_for):
 
 
 async def test_pause_and_resume_keep_the_deadline(ts_env, settings_for):
-    from domain.messages import ControlRequest
+    from phasegate.domain.messages import ControlRequest
 
     settings = settings_for(FIXTURES)
     pg = PhasegateClient(ts_env.client, settings.task_queue)
@@ -164,7 +164,7 @@ async def test_pause_and_resume_keep_the_deadline(ts_env, settings_for):
 
 
 async def test_deadline_survives_continue_as_new(ts_env, settings_for):
-    from domain.messages import ControlRequest
+    from phasegate.domain.messages import ControlRequest
 
     settings = settings_for(FIXTURES)
     pg = PhasegateClient(ts_env.client, settings.task_queue)

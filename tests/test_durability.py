@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from client.api import PhasegateClient
-from domain.messages import PhaseView, SessionOptions
-from workflows.gated_session import GatedSession
+from phasegate.client.api import PhasegateClient
+from phasegate.domain.messages import PhaseView, SessionOptions
+from phasegate.temporal import DATA_CONVERTER
+from phasegate.workflows.gated_session import GatedSession
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_LIBRARY = REPO / "tests" / "fixtures" / "library"
@@ -69,7 +69,7 @@ def _worker_process(env_client, settings, tmp_path: Path) -> subprocess.Popen[st
         "PHASEGATE_HOME": settings.home,
     }
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "worker.py")],
+        [sys.executable, "-m", "phasegate.worker"],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -125,7 +125,7 @@ def test_recorded_histories_exist():
 
 
 def _replayer() -> Replayer:
-    return Replayer(workflows=[GatedSession], data_converter=pydantic_data_converter)
+    return Replayer(workflows=[GatedSession], data_converter=DATA_CONVERTER)
 
 
 async def _chain_histories(pg: PhasegateClient, sid: str, run_id: str | None):

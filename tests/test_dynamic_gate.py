@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from activities.definitions import _dynamic_gate
-from domain.gates import FieldSpec, GateDefinition, evaluate_gate
-from domain.spec import SpecPhase, SpecTask
+from phasegate.activities.definitions import _dynamic_gate
+from phasegate.domain.gates import FieldSpec, GateDefinition, evaluate_gate
+from phasegate.domain.spec import SpecPhase, SpecTask
 
 
 def _phase(n: int, *, optional_last: bool = False) -> SpecPhase:

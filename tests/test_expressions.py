@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.errors import ExpressionError
-from domain.expressions import CompiledExpression, compile_expression
+from phasegate.domain.errors import ExpressionError
+from phasegate.domain.expressions import CompiledExpression, compile_expression
 
 PRAXIS_VALIDATORS = [
     ("lambda x: x > 0", 5, True),

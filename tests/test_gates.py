@@ -9,8 +9,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.errors import GateDefinitionError
-from domain.gates import (
+from phasegate.domain.errors import GateDefinitionError
+from phasegate.domain.gates import (
     FieldSpec,
     GateDefinition,
     GateEvaluation,

@@ -18,9 +18,9 @@ import yaml
 from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
-from domain.gate_fallback import gate_from_checklist
-from domain.gates import GateDefinition, evaluate_gate, load_gate
-from domain.library import WorkflowMetadata
+from phasegate.domain.gate_fallback import gate_from_checklist
+from phasegate.domain.gates import GateDefinition, evaluate_gate, load_gate
+from phasegate.domain.library import WorkflowMetadata
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "library"
@@ -519,9 +519,9 @@ def test_dynamic_task_template_renders() -> None:
 
 def engine_phases(tmp_path: Path, workflow: str, spec: str | None = None) -> list[Any]:
     """Every phase of a session as the worker's activities build it (no server)."""
-    from activities.definitions import DefinitionActivities
-    from activities.library import find_workflow
-    from domain.messages import LoadSessionRequest, SessionOptions
+    from phasegate.activities.definitions import DefinitionActivities
+    from phasegate.activities.library import find_workflow
+    from phasegate.domain.messages import LoadSessionRequest, SessionOptions
 
     acts = DefinitionActivities([str(LIBRARY)], str(tmp_path / "home"))
     options = SessionOptions(spec_path=str(ROOT / spec)) if spec else SessionOptions()
@@ -533,7 +533,7 @@ def engine_phases(tmp_path: Path, workflow: str, spec: str | None = None) -> lis
 
 
 def test_library_check_is_clean() -> None:
-    from activities.library import check_library
+    from phasegate.activities.library_check import check_library
 
     report = check_library(str(LIBRARY))
     assert report.errors == [] and report.warnings == []

@@ -18,9 +18,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
-from client.api import PhasegateClient
-from client.mcp_server import TOOL_NAMES
-from domain.settings import Settings
+from phasegate.client.api import PhasegateClient
+from phasegate.client.mcp_server import TOOL_NAMES
+from phasegate.domain.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 LIBRARY = REPO / "tests" / "fixtures" / "library"
@@ -45,7 +45,10 @@ def _address(env: Any) -> str:
 @contextlib.asynccontextmanager
 async def _stdio(server_env: dict[str, str]) -> AsyncIterator[Client]:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "client.mcp_server"], env=server_env, cwd=str(REPO)
+        command=sys.executable,
+        args=["-m", "phasegate.client.mcp_server"],
+        env=server_env,
+        cwd=str(REPO),
     )
     async with Client(params, read_timeout_seconds=60) as client:
         yield client
@@ -228,7 +231,7 @@ async def test_unreachable_temporal_is_a_tool_error(settings_for):
         assert "mini_v1" in text
         text = await _err(client, "get_session_state", {"session_id": "any"})
         assert f"cannot reach Temporal at 127.0.0.1:{port}" in text
-        assert "start it with `phasegate server`" in text
+        assert "start one with `phasegate server`" in text
 
 
 async def test_streamable_http(env, settings_for, run_worker, tmp_path):
@@ -239,7 +242,7 @@ async def test_streamable_http(env, settings_for, run_worker, tmp_path):
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "client.mcp_server",
+        "phasegate.client.mcp_server",
         "--http",
         str(port),
         env={**os.environ, **_server_env(_address(env), settings)},
@@ -277,6 +280,6 @@ async def test_streamable_http(env, settings_for, run_worker, tmp_path):
 
 @pytest.mark.parametrize("argv", [["--http", "0"], ["--http", "x"]])
 def test_bad_port_is_a_usage_error(argv):
-    from client.mcp_server import main
+    from phasegate.client.mcp_server import main
 
     assert main(argv) == 2

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio.testing import ActivityEnvironment
 
-from activities.rag import (
+from phasegate.activities.rag import (
     MAX_CHUNK_TOKENS,
     FtsIndex,
     RagActivities,
@@ -22,7 +22,7 @@ from activities.rag import (
     fts_match_query,
     split_front_matter,
 )
-from domain.rag import (
+from phasegate.domain.rag import (
     RetrievalQuery,
     RetrievedChunk,
     context_sections,

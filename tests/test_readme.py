@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from domain.gates import load_gate
+from phasegate.domain.gates import load_gate
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -11,8 +11,8 @@ import uuid
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from client.api import PhasegateClient
-from domain.errors import (
+from phasegate.client.api import PhasegateClient
+from phasegate.domain.errors import (
     ApprovalRefused,
     DefinitionError,
     PayloadTooLarge,
@@ -22,7 +22,13 @@ from domain.errors import (
     SpecParseError,
     WorkflowNotFound,
 )
-from domain.messages import ControlRequest, PhaseView, SequenceViolation, SessionOptions, TaskView
+from phasegate.domain.messages import (
+    ControlRequest,
+    PhaseView,
+    SequenceViolation,
+    SessionOptions,
+    TaskView,
+)
 
 SECRET = "SECRET-FUTURE-CONTENT"
 GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
@@ -184,8 +190,8 @@ async def test_idempotent_submission_ids(session_env, tmp_path):
     status = await pg.status(sid)
     assert status.current_phase == 1 and len(status.completed_phases) == 1
     # A repeat that bypasses Temporal's update-id dedupe (new update id) is also caught.
-    from domain.messages import CheckpointSubmission
-    from workflows.gated_session import GatedSession
+    from phasegate.domain.messages import CheckpointSubmission
+    from phasegate.workflows.gated_session import GatedSession
 
     raw = await pg.handle(sid).execute_update(
         GatedSession.submit_checkpoint,
@@ -299,7 +305,7 @@ async def test_visibility_search_attributes(session_env, tmp_path):
     pg, _ = session_env
     sid = await pg.start("mini_v1", str(tmp_path))
     await pg.submit(sid, 0, GOOD_0)
-    from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
+    from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW
 
     for _ in range(50):  # upserted with the prefetch's workflow task, just after the advance
         desc = await pg.handle(sid).describe()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from client import keys
-from domain.errors import ApprovalRefused
-from domain.messages import SessionOptions
+from phasegate.client import keys
+from phasegate.domain.errors import ApprovalRefused
+from phasegate.domain.messages import SessionOptions
 
 GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 REPO = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ async def test_cli_approve_signs_with_the_local_key(env, session_env, tmp_path, 
             [
                 sys.executable,
                 "-m",
-                "client.cli",
+                "phasegate.client.cli",
                 "approve",
                 sid,
                 "--as",
@@ -189,7 +189,7 @@ async def test_deployment_keys_cannot_be_replaced_by_the_starter(
     """An agent that starts its own session and names its own key still cannot approve."""
     import json as _json
 
-    from client.api import PhasegateClient
+    from phasegate.client.api import PhasegateClient
 
     lead = keys.new_key("lead", directory=keydir)
     agent_dir = tmp_path / "agent"
@@ -227,7 +227,7 @@ async def test_default_deployment_refuses_name_only_approvals(
     env, settings_for, run_worker, tmp_path, keydir
 ):
     """Out of the box an agent cannot approve by claiming a name, through the CLI or the SDK."""
-    from client.api import PhasegateClient
+    from phasegate.client.api import PhasegateClient
 
     fixtures = REPO / "tests" / "fixtures" / "library"
     settings = settings_for(fixtures, allow_unsigned_approvals=False)

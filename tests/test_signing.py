@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-import domain.signing as signing_module
-from client import keys
-from domain.errors import PhasegateError
-from domain.signing import (
+import phasegate.domain.signing as signing_module
+from phasegate.client import keys
+from phasegate.domain.errors import PhasegateError
+from phasegate.domain.signing import (
     UNSIGNED_REASON,
     ApproverKey,
     canonical_message,
@@ -562,7 +562,7 @@ def test_domain_signing_imports_nothing_nondeterministic() -> None:
 SANDBOX_SIMULATION = textwrap.dedent(
     f"""
     import base64, builtins
-    from domain.signing import ApproverKey, check_signed_decision, verify_signature
+    from phasegate.domain.signing import ApproverKey, check_signed_decision, verify_signature
 
     real_import = builtins.__import__
 

@@ -15,11 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from activities import tasks_parser
-from activities._tasks_md_text import match_phase, parse_head, parse_label
-from activities.tasks_parser import EXPECTED_FORMAT_HINT, generate_tasks_md, parse_tasks_md
-from domain.errors import SpecParseError
-from domain.spec import ParsedSpec, SpecPhase, SpecTask
+from phasegate.activities import tasks_parser
+from phasegate.activities._tasks_md_text import match_phase, parse_head, parse_label
+from phasegate.activities.tasks_parser import (
+    EXPECTED_FORMAT_HINT,
+    generate_tasks_md,
+    parse_tasks_md,
+)
+from phasegate.domain.errors import SpecParseError
+from phasegate.domain.spec import ParsedSpec, SpecPhase, SpecTask
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
 

@@ -14,9 +14,9 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.tasks_parser import parse_tasks_md
-from domain.errors import SpecParseError
-from domain.spec import ParsedSpec
+from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.domain.errors import SpecParseError
+from phasegate.domain.spec import ParsedSpec
 
 _NEWLINES = re.compile(r"\r\n?|\n")  # what markdown-it counts as a line break
 

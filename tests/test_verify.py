@@ -19,9 +19,9 @@ import pytest
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
-from activities.verify import VerifyActivities
-from domain.errors import GateDefinitionError
-from domain.verify import (
+from phasegate.activities.verify import VerifyActivities
+from phasegate.domain.errors import GateDefinitionError
+from phasegate.domain.verify import (
     CommandCheck,
     GitChangedCheck,
     VerifyReport,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.messages import PhaseView
+from phasegate.domain.messages import PhaseView
 
 FAILING = "def test_total():\n    total = 1 + 1\n    assert total == 3, 'total is off by one'\n"
 PASSING = "def test_total():\n    assert 1 + 1 == 2\n"
@@ -102,7 +102,7 @@ async def test_evidence_cannot_smuggle_options(session_env, workspace):
 async def test_submissions_during_a_verify_run_are_refused_not_queued(session_env, workspace):
     import asyncio
 
-    from domain.errors import SessionNotActive
+    from phasegate.domain.errors import SessionNotActive
 
     pg, _ = session_env
     sid = await pg.start("verified_v1", str(workspace))

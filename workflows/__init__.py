@@ -1,5 +1,5 @@
 """Temporal workflow classes (deterministic, thin, one per module)."""
 
-from workflows.gated_session import GatedSession
+from phasegate.workflows.gated_session import GatedSession
 
 __all__ = ["GatedSession"]

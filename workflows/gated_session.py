@@ -13,12 +13,15 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from domain.errors import PhasegateError, SessionError
-    from domain.messages import (
+    from phasegate.activities.definitions import DefinitionActivities
+    from phasegate.activities.notify import notify_webhook
+    from phasegate.activities.verify import VerifyActivities
+    from phasegate.domain.errors import PhasegateError, SessionError, SessionNotActive
+    from phasegate.domain.messages import (
         ApprovalDecision,
         AuditEntry,
         CheckpointResult,
@@ -39,14 +42,11 @@ with workflow.unsafe.imports_passed_through():
         TaskQuery,
         TaskView,
     )
-    from domain.session import SessionState
-    from domain.verify import VerifyReport, VerifyRequest, VerifyResult
+    from phasegate.domain.session import SessionState
+    from phasegate.domain.verify import VerifyReport, VerifyRequest, VerifyResult
+    from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
 
-__all__ = ["SA_PHASE", "SA_STATUS", "SA_WORKFLOW", "GatedSession"]
-
-SA_WORKFLOW = SearchAttributeKey.for_keyword("PhasegateWorkflow")
-SA_PHASE = SearchAttributeKey.for_int("PhasegatePhase")
-SA_STATUS = SearchAttributeKey.for_keyword("PhasegateStatus")
+__all__ = ["GatedSession"]
 
 # Temporal refuses the 2,001st update of a run; leave room for in-flight ones
 # (signals count too: a conservative, simple bound).
@@ -80,12 +80,11 @@ class GatedSession:
     @workflow.run
     async def run(self, start: StartSession) -> SessionSummary:
         if self._state is None:
-            plan: SessionPlan = await workflow.execute_activity(
-                "load_session",
+            plan: SessionPlan = await workflow.execute_activity_method(
+                DefinitionActivities.load_session,
                 LoadSessionRequest(
                     workflow_type=start.workflow_type, target=start.target, options=start.options
                 ),
-                result_type=SessionPlan,
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=_RENDER_RETRY,
             )
@@ -153,18 +152,15 @@ class GatedSession:
         try:
             return await self._checkpoint(sub, "update")
         except PhasegateError as exc:
-            raise ApplicationError(str(exc), exc.details(), type=exc.code) from None
+            raise application_error(exc, non_retryable=False) from None
 
     @submit_checkpoint.validator
     def _validate_checkpoint(self, sub: CheckpointSubmission) -> None:
         if self._state is None:
-            raise ApplicationError(
-                "session is still loading its definition; retry in a moment",
-                type="session_not_active",
-            )
+            raise _starting()
         problem = self._state.check_submission(sub)
         if problem is not None:
-            raise ApplicationError(str(problem), problem.details(), type=problem.code)
+            raise application_error(problem, non_retryable=False)
         if self._verifying and sub.submission_id not in self._state.processed:
             # Refused, not queued: waiting submissions would hold Temporal's few in-flight
             # update slots for the length of a test run and lock out a person's controls.
@@ -226,8 +222,8 @@ class GatedSession:
             float(c.get("timeout_seconds", 300)) for c in checks if c.get("kind") == "command"
         )
         try:
-            report: VerifyReport = await workflow.execute_activity(
-                "run_verify_checks",
+            report: VerifyReport = await workflow.execute_activity_method(
+                VerifyActivities.run_verify_checks,
                 VerifyRequest(
                     workspace=state.target,
                     checks=checks,
@@ -236,7 +232,6 @@ class GatedSession:
                     session_id=workflow.info().workflow_id,
                     target=state.target,
                 ),
-                result_type=VerifyReport,
                 start_to_close_timeout=timedelta(seconds=budget + 60),
                 heartbeat_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(
@@ -291,10 +286,9 @@ class GatedSession:
                 next_phase = None  # render again below, which reports the error properly
         if not state.is_last_phase() and next_phase is None:
             try:
-                next_phase = await workflow.execute_local_activity(
-                    "render_phase",
+                next_phase = await workflow.execute_local_activity_method(
+                    DefinitionActivities.render_phase,
                     RenderPhaseRequest(ref=state.ref, index=state.current.index + 1),
-                    result_type=PhaseDefinition,
                     start_to_close_timeout=timedelta(seconds=30),
                     retry_policy=_RENDER_RETRY,
                 )
@@ -320,10 +314,9 @@ class GatedSession:
         if self._prefetch_index == index:
             return
         self._prefetch_index = index
-        self._prefetch = workflow.start_activity(
-            "render_phase",
+        self._prefetch = workflow.start_activity_method(
+            DefinitionActivities.render_phase,
             RenderPhaseRequest(ref=state.ref, index=index),
-            result_type=PhaseDefinition,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=_RENDER_RETRY,
             summary=f"prefetch phase {index}",
@@ -341,13 +334,13 @@ class GatedSession:
         async with self._lock:
             problem = state.check_decision(decision, workflow.info().workflow_id)
             if problem is not None:
-                raise ApplicationError(str(problem), problem.details(), type=problem.code)
+                raise application_error(problem, non_retryable=False)
             next_phase = None
             if decision.decision == "approve":
                 try:  # render first: a failure leaves the decision unrecorded, to retry
                     next_phase = await self._next_phase()
                 except PhasegateError as exc:
-                    raise ApplicationError(str(exc), exc.details(), type=exc.code) from None
+                    raise application_error(exc, non_retryable=False) from None
             if state.record_decision(decision, workflow.now()):
                 state.advance(next_phase, workflow.now())
                 self._start_prefetch()
@@ -357,10 +350,10 @@ class GatedSession:
     @decide_approval.validator
     def _validate_decision(self, decision: ApprovalDecision) -> None:
         if self._state is None:
-            raise ApplicationError("session is still starting", type="session_not_active")
+            raise _starting()
         problem = self._state.check_decision(decision, workflow.info().workflow_id)
         if problem is not None:
-            raise ApplicationError(str(problem), problem.details(), type=problem.code)
+            raise application_error(problem, non_retryable=False)
 
     # ---- controls ------------------------------------------------------
 
@@ -373,7 +366,7 @@ class GatedSession:
         async with self._lock:
             problem = state.check_control(req)
             if problem is not None:
-                raise ApplicationError(str(problem), problem.details(), type=problem.code)
+                raise application_error(problem, non_retryable=False)
             state.apply_control(req, workflow.now())
             if req.action == "rollback":
                 self._start_prefetch()
@@ -386,10 +379,10 @@ class GatedSession:
     @control.validator
     def _validate_control(self, req: ControlRequest) -> None:
         if self._state is None:
-            raise ApplicationError("session is still starting", type="session_not_active")
+            raise _starting()
         problem = self._state.check_control(req)
         if problem is not None:
-            raise ApplicationError(str(problem), problem.details(), type=problem.code)
+            raise application_error(problem, non_retryable=False)
 
     # ---- approval deadlines ----------------------------------------------
 
@@ -466,7 +459,7 @@ class GatedSession:
         }
         try:
             await workflow.execute_activity(
-                "notify_webhook",
+                notify_webhook,
                 NotifyRequest(url=url, payload=payload),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(minutes=1)),
@@ -485,23 +478,23 @@ class GatedSession:
     @workflow.query
     def status(self) -> SessionView:
         if self._state is None:
-            raise ApplicationError("session is still starting", type="session_not_active")
+            raise _starting()
         return self._state.status_view()
 
     @workflow.query
     def phase(self, q: PhaseQuery) -> PhaseView | SequenceViolation:
         if self._state is None:
-            raise ApplicationError("session is still starting", type="session_not_active")
+            raise _starting()
         return self._state.phase_view(q.phase)
 
     @workflow.query
     def task(self, q: TaskQuery) -> TaskView | SequenceViolation:
         if self._state is None:
-            raise ApplicationError("session is still starting", type="session_not_active")
+            raise _starting()
         try:
             return self._state.task_view(q.phase, q.task)
         except PhasegateError as exc:
-            raise ApplicationError(str(exc), exc.details(), type=exc.code) from None
+            raise application_error(exc, non_retryable=False) from None
 
     # ---- visibility ----------------------------------------------------
 
@@ -533,6 +526,17 @@ class GatedSession:
                     SA_STATUS.value_set(state.status),
                 ]
             )
+
+
+def _starting() -> ApplicationError:
+    """What a message to a session that has not loaded its definition yet gets."""
+    return application_error(
+        SessionNotActive(
+            "the session is still loading its definition",
+            hint="retry in a moment; `phasegate status SESSION` shows when it is ready",
+        ),
+        non_retryable=False,
+    )
 
 
 def _details_markdown(state: SessionState) -> str:

@@ -15,26 +15,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-sys.path.insert(0, str(REPO))
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from client import keys
-from client.api import PhasegateClient
-from client.connect import SHIPPED_LIBRARY
-from client.devserver import temporal_binary
-from domain.errors import PhasegateError
-from domain.messages import ControlRequest, SessionOptions
-from domain.settings import Settings
-from worker import build_worker
-from workflows.gated_session import SA_PHASE, SA_STATUS, SA_WORKFLOW
+from phasegate import SHIPPED_LIBRARY
+from phasegate.client import keys
+from phasegate.client.api import PhasegateClient
+from phasegate.client.devserver import temporal_binary
+from phasegate.domain.errors import PhasegateError
+from phasegate.domain.messages import ControlRequest, SessionOptions
+from phasegate.domain.settings import Settings
+from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
+from phasegate.worker import build_worker
 
 GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 
@@ -50,8 +47,8 @@ async def main() -> None:
     home = tempfile.mkdtemp(prefix="phasegate-record-")
     async with await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
-        search_attributes=[SA_WORKFLOW, SA_PHASE, SA_STATUS],
-        data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTE_KEYS),
+        data_converter=DATA_CONVERTER,
     ) as env:
         settings = Settings(
             task_queue="record",
