@@ -27,6 +27,7 @@ from phasegate.client.devserver import DevServer
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.messages import GateView, PhaseView, SequenceViolation, SessionOptions
 from phasegate.temporal import connect, load_settings
+from phasegate.testing import complete_evidence, example_evidence
 from phasegate.worker import build_worker
 
 SPEC = REPO / "examples" / "specs" / "todo-api"
@@ -52,33 +53,13 @@ def _listening(address: str) -> bool:
         return False
 
 
-def evidence_for(view: PhaseView, *, complete: bool = True) -> dict[str, Any]:
-    """What a diligent agent would submit for this phase's gate (the demo's 'work')."""
-    evidence: dict[str, Any] = {}
-    for name, spec in view.gate.fields.items():
-        if not spec.required and not complete:
-            continue
-        evidence[name] = _value_for(name, spec.type, view)
-    if "tasks_completed" in view.gate.fields:
-        evidence["tasks_completed"] = [t.id for t in view.tasks]
+def evidence_for(view: PhaseView) -> dict[str, Any]:
+    """What a diligent agent submits: the phase's documented example, completed from
+    its gate (task ids done, every required field) - phasegate.testing's scripted agent."""
+    evidence = complete_evidence(example_evidence(view), view)
+    if "spec_path" in evidence:
+        evidence["spec_path"] = str(SPEC)
     return evidence
-
-
-def _value_for(name: str, kind: str, view: PhaseView) -> Any:
-    if kind == "boolean":
-        return True
-    if kind in ("integer", "number"):
-        return {"coverage_percent": 92, "phases_found": 3}.get(name, max(len(view.tasks), 1) * 3)
-    if kind == "list":
-        return [f"src/todo/{view.label}_{i}.py" for i in range(1, 3)]
-    if kind == "dict":
-        return {"status": "ok"}
-    if name == "spec_path":
-        return str(SPEC)
-    return (
-        f"Phase {view.label} ({view.name}): implemented and verified every task; "
-        "the plan covers parsing, storage and API layers with tests per layer."
-    )
 
 
 def show_gate(gate: GateView) -> None:

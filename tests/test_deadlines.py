@@ -15,11 +15,11 @@ from typing import ClassVar
 
 import pytest
 import pytest_asyncio
-from conftest import dev_server_options
 from temporalio.testing import WorkflowEnvironment
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.messages import SessionOptions, SessionView
+from phasegate.testing import dev_server_options
 from phasegate.worker import build_worker
 from phasegate.workflows.gated_session import DEADLINE_ACTOR
 

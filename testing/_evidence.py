@@ -1,0 +1,121 @@
+"""Evidence that passes: the phase's documented example, completed from its gate."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from phasegate.domain.messages import GateField, PhaseView
+
+__all__ = ["KNOWN_GOOD", "complete_evidence", "example_evidence", "known_good", "workspace_for"]
+
+_JSON_FENCE = re.compile(r"^```json[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def example_evidence(view: PhaseView) -> dict[str, Any]:
+    """The evidence example the phase documents (``view.example_evidence``, else the first
+    ```json object in its content), or ``{}``."""
+    example = getattr(view, "example_evidence", None)
+    if isinstance(example, dict):
+        return dict(example)
+    for block in _JSON_FENCE.findall(view.content):
+        try:
+            data = json.loads(block)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def complete_evidence(evidence: Mapping[str, Any], view: PhaseView) -> dict[str, Any]:
+    """``evidence`` plus a valid value for every required gate field it lacks, built from
+    the field's JSON Schema (type, bounds, lengths, enum); ``tasks_completed`` lists the
+    phase's task ids, as an honest agent that did every task would."""
+    out = dict(evidence)
+    for name, field in view.gate.fields.items():
+        if name not in out and field.required:
+            out[name] = _value_for(name, _schema(field))
+    if "tasks_completed" in view.gate.fields and view.tasks:
+        out["tasks_completed"] = [t.id for t in view.tasks]
+    return out
+
+
+def _schema(field: GateField) -> dict[str, Any]:
+    schema = getattr(field, "json_schema", None)
+    if isinstance(schema, dict) and schema:
+        return schema
+    kinds = {"list": "array", "dict": "object"}
+    return {"type": kinds.get(field.type, field.type)}
+
+
+def _value_for(name: str, schema: Mapping[str, Any]) -> Any:
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", 1)
+        high = schema.get("maximum")
+        value = max(low, 1) if high is None or high >= 1 else low
+        return int(value) if kind == "integer" else float(value)
+    if kind == "array":
+        return [f"{name}-{i}" for i in range(1, max(schema.get("minItems", 1), 1) + 1)]
+    if kind == "object":
+        return {"status": "ok"}
+    text = f"{name.replace('_', ' ')}: done and checked against the phase's tasks"
+    return text.ljust(schema.get("minLength", 0), ".")
+
+
+Evidence = Mapping[str, Any] | Callable[[PhaseView], Mapping[str, Any]]
+
+
+def _documented(view: PhaseView) -> dict[str, Any]:
+    return complete_evidence(example_evidence(view), view)
+
+
+KNOWN_GOOD: dict[str, dict[int | str, Evidence]] = {
+    # The examples each phase documents are the contract: the library's tests check
+    # they pass their gates, and the suite walks every shipped workflow with them.
+    "spec_execution_v1": {"*": _documented},
+    "test_generation_v3": {"*": _documented},
+    "production_code_v2": {"*": _documented},
+}
+"""Evidence tables (see :class:`ScriptedAgent`) that pass every shipped workflow."""
+
+
+def known_good(workflow_type: str) -> dict[int | str, Evidence]:
+    """The evidence table for a shipped workflow.
+
+    Raises:
+        KeyError: not a shipped workflow (the message lists the shipped ones).
+    """
+    try:
+        return KNOWN_GOOD[workflow_type]
+    except KeyError:
+        raise KeyError(
+            f"{workflow_type!r} is not a shipped workflow; shipped: {', '.join(KNOWN_GOOD)}"
+        ) from None
+
+
+def workspace_for(workflow_type: str, root: str | Path) -> Path:
+    """A workspace the shipped workflow's verify checks accept with its known-good
+    evidence (test_generation_v3 runs ``python3 -m pytest tests``: put an interpreter
+    with pytest first on PATH). Returns the workspace folder (created)."""
+    ws = Path(root) / f"{workflow_type}-workspace"
+    ws.mkdir(parents=True, exist_ok=True)
+    if workflow_type == "test_generation_v3":
+        tests = ws / "tests"
+        tests.mkdir(exist_ok=True)
+        (tests / "conftest.py").write_text("", encoding="utf-8")
+        (tests / "test_repository.py").write_text(
+            "def test_add():\n    assert 1 + 1 == 2\n\n\ndef test_list():\n    assert [1][0] == 1\n",
+            encoding="utf-8",
+        )
+    return ws
