@@ -1,0 +1,125 @@
+"""The evidence contract as JSON Schema agrees with the gate that enforces it: every
+shipped gate's documented example validates against its schema, and values the schema
+refuses are refused by the gate too (so a client can build evidence from the schema)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from phasegate import SHIPPED_LIBRARY
+from phasegate.activities.library import find_workflow, list_workflows, load_gate_file
+from phasegate.domain.evidence_schema import field_json_schema, gate_json_schema
+from phasegate.domain.gates import FieldSpec, evaluate_gate, load_gate
+from phasegate.testing._evidence import _JSON_FENCE
+
+
+def _static_gates() -> list[tuple[str, Path]]:
+    out = []
+    for wf in list_workflows([SHIPPED_LIBRARY]):
+        for gate in sorted(Path(wf.path).glob("phases/[0-9]*/gate-definition.yaml")):
+            out.append((wf.metadata.workflow_type, gate))
+    return out
+
+
+GATES = _static_gates()
+
+
+def test_field_schema_carries_every_declared_check() -> None:
+    spec = FieldSpec(type="integer", required=True, description="how many", min=1, max=9,
+                     validator="positive")  # fmt: skip
+    schema = field_json_schema(spec, {"positive": "lambda x: x > 0"})
+    assert schema == {
+        "type": "integer",
+        "description": "how many",
+        "minimum": 1,
+        "maximum": 9,
+        "x-phasegate-validator": {"name": "positive", "expr": "lambda x: x > 0"},
+    }
+    text = field_json_schema(FieldSpec(type="string", min_length=3, max_length=5, pattern="^a"))
+    assert (text["minLength"], text["maxLength"], text["pattern"]) == (3, 5, "^a")
+    items = field_json_schema(FieldSpec(type="list", min_length=1))
+    assert items == {"type": "array", "minItems": 1}
+    assert field_json_schema(FieldSpec(type="string", enum=["a", "b"]))["enum"] == ["a", "b"]
+
+
+def test_gate_schema_lists_required_fields_and_rules() -> None:
+    gate = load_gate(
+        {
+            "checkpoint": {"strict": False},
+            "evidence_schema": {
+                "run": {"type": "integer", "required": True},
+                "passed": {"type": "integer", "required": True},
+                "note": {"type": "string", "required": False},
+            },
+            "rules": [{"name": "le", "expr": "passed <= run", "message": "too many"}],
+        }
+    )
+    schema = gate_json_schema(gate)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["required"] == ["run", "passed"]
+    assert schema["x-phasegate-rules"] == [
+        {"name": "le", "expr": "passed <= run", "message": "too many"}
+    ]
+    assert schema["x-phasegate-strict"] is False
+
+
+@pytest.mark.parametrize(
+    "workflow, gate_file", GATES, ids=[f"{w}-{g.parent.name}" for w, g in GATES]
+)
+def test_documented_example_validates_against_the_schema(workflow: str, gate_file: Path) -> None:
+    gate = load_gate_file(gate_file)
+    schema = gate_json_schema(gate)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    example = _example(gate_file.parent / "phase.md")
+    assert example, f"{gate_file.parent}/phase.md documents no evidence example"
+    jsonschema.validate(example, schema)
+    assert evaluate_gate(gate, example).passed
+
+
+@pytest.mark.parametrize(
+    "workflow, gate_file", GATES, ids=[f"{w}-{g.parent.name}" for w, g in GATES]
+)
+def test_what_the_schema_refuses_the_gate_refuses(workflow: str, gate_file: Path) -> None:
+    gate = load_gate_file(gate_file)
+    schema = gate_json_schema(gate)
+    example = _example(gate_file.parent / "phase.md")
+    validator = jsonschema.Draft202012Validator(schema)
+    for name, prop in schema["properties"].items():
+        for bad in _violations(prop):
+            evidence = {**example, name: bad}
+            assert not validator.is_valid(evidence), (name, bad)
+            assert not evaluate_gate(gate, evidence).passed, (name, bad)
+
+
+def _violations(prop: dict[str, Any]) -> list[Any]:
+    out: list[Any] = [None] if prop["type"] != "boolean" else ["yes"]
+    if "minimum" in prop:
+        out.append(prop["minimum"] - 1)
+    if "maximum" in prop:
+        out.append(prop["maximum"] + 1)
+    if "minLength" in prop and prop["minLength"] > 0:
+        out.append("x" * (prop["minLength"] - 1))
+    if "minItems" in prop and prop["minItems"] > 0:
+        out.append([])
+    if "enum" in prop:
+        out.append("not-one-of-them")
+    return out
+
+
+def _example(phase_md: Path) -> dict[str, Any]:
+    for block in _JSON_FENCE.findall(phase_md.read_text(encoding="utf-8")):
+        data = json.loads(block)
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def test_dynamic_base_gate_schema_is_valid() -> None:
+    wf = find_workflow("spec_execution_v1", [SHIPPED_LIBRARY])
+    gate = load_gate_file(Path(wf.path) / "phases" / "dynamic" / "gate-definition.yaml")
+    jsonschema.Draft202012Validator.check_schema(gate_json_schema(gate))
