@@ -57,7 +57,8 @@ def test_gate_schema_lists_required_fields_and_rules() -> None:
                 "note": {"type": "string", "required": False},
             },
             "rules": [{"name": "le", "expr": "passed <= run", "message": "too many"}],
-        }
+        },
+        source="test",
     )
     schema = gate_json_schema(gate)
     jsonschema.Draft202012Validator.check_schema(schema)
