@@ -293,16 +293,30 @@ class TaskSummary(BaseModel):
 
 
 class GateField(BaseModel):
+    """One evidence field of the current phase's gate."""
+
     type: str
     required: bool
     description: str = ""
+    json_schema: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The field as JSON Schema: type, minimum/maximum, length limits, pattern, "
+        "enum, description (plus x-phasegate-validator for a lambda validator).",
+    )
 
 
 class GateView(BaseModel):
+    """What the phase's gate asks for; ``json_schema`` validates a whole evidence object."""
+
     fields: dict[str, GateField] = Field(default_factory=dict)
     requires_approval: bool = False
     approvers: list[str] = Field(default_factory=list)
     strict: bool = True
+    json_schema: dict[str, Any] = Field(
+        default_factory=dict,
+        description="JSON Schema (2020-12) of the evidence object: properties, required, and "
+        "x-phasegate-rules for cross-field rules. Build evidence from it, submit once.",
+    )
 
 
 class PhaseArtifact(BaseModel):
@@ -403,6 +417,9 @@ class PhaseView(BaseModel):
     gate: GateView
     artifacts: dict[str, PhaseArtifact] = Field(default_factory=dict)
     context: list[dict[str, Any]] = Field(default_factory=list)
+    example_evidence: dict[str, Any] | None = Field(
+        None, description="Evidence as the phase's docs show it (a starting point, if any)."
+    )
 
 
 class TaskView(BaseModel):
