@@ -1,0 +1,146 @@
+"""The house rules of ARCHITECTURE.md, checked on the source: domain/ stays pure, no
+import cycles between phasegate modules, workflows call activities by the function,
+and modules stay small."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("domain", "activities", "workflows", "client", "testing")
+TOP_MODULES = ("__init__.py", "temporal.py", "worker.py")
+MAX_LINES = 530  # "a few hundred lines; split by concern before ~500"
+
+
+def _sources() -> Iterator[tuple[str, Path]]:
+    for name in TOP_MODULES:
+        stem = name.removesuffix(".py")
+        yield ("phasegate" if stem == "__init__" else f"phasegate.{stem}"), ROOT / name
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).glob("*.py")):
+            stem = path.stem
+            yield (f"phasegate.{pkg}" if stem == "__init__" else f"phasegate.{pkg}.{stem}"), path
+
+
+MODULES = dict(_sources())
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Imports that run when the module is imported (not inside functions or
+    ``if TYPE_CHECKING``); ``with workflow.unsafe.imports_passed_through()`` counts."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, (ast.With, ast.Try)):
+                visit(node.body)
+
+    visit(tree.body)
+    return found
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every import in the module, lazy ones inside functions included (a lazy import
+    hides a cycle from the interpreter, not from the design)."""
+    found: set[str] = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):  # type-only imports are not dependencies: drop them
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {
+        module: {d for d in _all_imports(path) if d in MODULES and d != module}
+        for module, path in MODULES.items()
+    }
+
+
+def test_domain_imports_no_io_or_temporal() -> None:
+    banned = ("temporalio", "jinja2", "markdown_it", "httpx", "yaml", "subprocess", "sqlite3")
+    for module, path in MODULES.items():
+        if not module.startswith("phasegate.domain"):
+            continue
+        imports = _module_level_imports(path)
+        bad = sorted(i for i in imports if i.split(".")[0] in banned)
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+        outside = sorted(
+            i
+            for i in imports
+            if i.startswith("phasegate.") and not i.startswith("phasegate.domain")
+        )
+        assert not outside, f"{path.relative_to(ROOT)} reaches out of domain/: {outside}"
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycle = stack[stack.index(dep) :] + [dep]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                dfs(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            dfs(node)
+
+
+def test_worker_does_not_import_the_client() -> None:
+    imports = _module_level_imports(ROOT / "worker.py")
+    assert not [i for i in imports if i.startswith("phasegate.client")]
+
+
+def test_workflows_call_activities_by_function() -> None:
+    calls = ("execute_activity", "execute_local_activity", "start_activity", "start_local_activity")
+    for path in sorted((ROOT / "workflows").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr.startswith(calls)
+                and node.args
+            ):
+                first = node.args[0]
+                assert not (isinstance(first, ast.Constant) and isinstance(first.value, str)), (
+                    f"{path.name}:{node.lineno} calls activity {first.value!r} by name"
+                )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES.values()] + sorted((ROOT / "tests").glob("*.py")),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_modules_stay_small(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines; split it by concern"
