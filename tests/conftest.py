@@ -17,8 +17,10 @@ import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.settings import Settings
+from phasegate.domain.signing import ApproverKey
 from phasegate.testing import dev_server, make_settings, running_worker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,3 +77,14 @@ async def session_env(
     settings = settings_for(FIXTURES / "library")
     async with run_worker(settings):
         yield PhasegateClient(env.client, settings.task_queue), settings
+
+
+@pytest.fixture
+def alice(tmp_path: Path) -> ApproverKey:
+    """Approver alice's Ed25519 key pair, stored under the test's tmp_path."""
+    return keys.new_key("alice", directory=tmp_path)
+
+
+@pytest.fixture
+def bob(tmp_path: Path) -> ApproverKey:
+    return keys.new_key("bob", directory=tmp_path)
