@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import get_args
 
 import pytest
+from fixture_evidence import GOOD_0
 
 from phasegate.domain.errors import PhasegateError, PhaseSequenceViolation, SessionNotActive
 from phasegate.domain.messages import ControlRequest, PhaseView, SequenceViolation, SessionStatus
 from phasegate.workflows.gated_session import _details_markdown
-
-GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 
 
 async def _to_phase_2(pg, sid):

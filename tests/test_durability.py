@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixture_evidence import GOOD_0
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -22,7 +23,6 @@ from phasegate.workflows.gated_session import GatedSession
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_LIBRARY = REPO / "tests" / "fixtures" / "library"
 HISTORIES = REPO / "tests" / "histories"
-GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 
 
 async def test_forced_continue_as_new_keeps_state(session_env, tmp_path):

@@ -9,6 +9,7 @@ import re
 import uuid
 
 import pytest
+from fixture_evidence import GOOD_0
 from temporalio.api.enums.v1 import EventType
 
 from phasegate.client.api import PhasegateClient
@@ -31,7 +32,6 @@ from phasegate.domain.messages import (
 )
 
 SECRET = "SECRET-FUTURE-CONTENT"
-GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 
 
 async def _history_text(pg: PhasegateClient, sid: str) -> str:

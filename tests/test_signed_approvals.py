@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixture_evidence import GOOD_0
 
 from phasegate.client import keys
 from phasegate.domain.errors import ApprovalRefused
 from phasegate.domain.messages import SessionOptions
 
-GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 REPO = Path(__file__).resolve().parent.parent
 
 

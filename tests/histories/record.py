@@ -15,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))  # tests/: the shared fixture evidence
 
+from fixture_evidence import GOOD_0
 from temporalio.testing import WorkflowEnvironment
 
 from phasegate import SHIPPED_LIBRARY
@@ -32,8 +35,6 @@ from phasegate.domain.messages import ControlRequest, SessionOptions
 from phasegate.domain.settings import Settings
 from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
 from phasegate.worker import build_worker
-
-GOOD_0 = {"modules_found": 3, "summary": "three modules, all small"}
 
 
 async def _save(pg: PhasegateClient, sid: str, name: str, run_id: str | None = None) -> None:
