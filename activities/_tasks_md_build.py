@@ -97,6 +97,7 @@ class PhaseDraft:
     number: int
     name: str
     line: int
+    written: str = ""  # the number as written ("7", "3.1", "N", ""): SpecPhase.written_number
     desc: list[str] = field(default_factory=list)
     duration: str = ""
     tasks: list[TaskDraft] = field(default_factory=list)
@@ -107,6 +108,7 @@ class PhaseDraft:
         self._assign_ids()
         return SpecPhase(
             number=self.number,
+            written_number=self.written,
             name=self.name,
             description=_paragraphs(self.desc),
             estimated_duration=self.duration,

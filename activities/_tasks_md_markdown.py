@@ -25,7 +25,7 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_block import StateBlock
 from markdown_it.rules_core import StateCore
 
-__all__ = ["block_parser"]
+__all__ = ["blank_front_matter", "block_parser"]
 
 _Rule = Callable[[StateBlock, int, int, bool], bool]
 
@@ -42,6 +42,32 @@ _LINE_NEEDS = {
 # A blank line, or a possible setext underline ("===", "  ---", "> ---").
 _BLANK_OR_UNDERLINE = re.compile(r"^(?:[ \t]*|(?P<u>[ \t>]*(?:-+|=+)[ \t]*))$", re.MULTILINE)
 _ENV_KEY = "phasegate_source_facts"
+# YAML front matter: "---" on the first line, "---" or "..." closing it, YAML-looking lines
+# between (keys, comments, indented or "- " continuations) and at least one "key:".
+_FRONT_MATTER = re.compile(
+    r"\A\ufeff?---[ \t]*\r?\n(?P<body>(?:[^\r\n]*\r?\n){0,200}?)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)"
+)
+_YAML_LINE = re.compile(r"[ \t]*$|[ \t]+\S|#|- |[A-Za-z_][\w.-]*[ \t]*:(?:[ \t]|$)")
+_YAML_KEY = re.compile(r"^[A-Za-z_][\w.-]*[ \t]*:(?:[ \t]|$)", re.MULTILINE)
+_NOT_NEWLINE = re.compile(r"[^\r\n]+")
+
+
+def blank_front_matter(text: str) -> str:
+    """``text`` with a leading YAML front matter block blanked out, line breaks kept.
+
+    spec-kit writes ``---`` / ``description: "..."`` / ``---`` at the top of tasks.md;
+    read as markdown that is a rule and a setext heading (or, with ``# comment`` lines,
+    a bogus title). A block that does not look like YAML is left alone: a file may
+    simply open with a thematic break.
+    """
+    if not text.startswith(("---", "\ufeff---")):
+        return text
+    m = _FRONT_MATTER.match(text)
+    if m is None or _YAML_KEY.search(m["body"]) is None:
+        return text
+    if not all(_YAML_LINE.match(line) for line in m["body"].splitlines()):
+        return text
+    return _NOT_NEWLINE.sub("", m.group(0)) + text[m.end() :]
 
 
 def _by_line(src: str, pattern: re.Pattern[str]) -> Iterator[tuple[int, re.Match[str]]]:

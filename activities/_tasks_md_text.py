@@ -27,15 +27,26 @@ _CHECKBOX = re.compile(r"\[(?P<state>[ xX~-]?)\](?P<star>\*)?(?=\s|$)\s*")
 _TASK_WORD_ID = re.compile(
     r"task\s+(?P<id>[A-Za-z]{0,4}-?\d[\w.-]*)\.?(?P<star>\*)?(?:\s*[:–—-]\s*|\s+|$)", re.IGNORECASE
 )
-# Bare ids: spec-kit "T001", "P1-T2", dotted "1.1" / "2.3.1".
-_BARE_ID = re.compile(r"(?P<id>P\d+-T\d+|T\d{1,6}|\d+(?:\.\d+)+)\.?(?P<star>\*)?(?=[\s:]|$)[\s:]*")
+# Bare ids: spec-kit "T001" (also "T003.5", "T072b", legacy "T-001"), "P1-T2", dotted "1.1".
+_BARE_ID = re.compile(
+    r"(?P<id>P\d+-T\d+|T-?\d{1,6}(?:\.\d{1,4})*[a-z]?|\d+(?:\.\d+)+)\.?(?P<star>\*)?(?=[\s:]|$)[\s:]*"
+)
 _ORDINAL = re.compile(r"(?P<n>\d{1,9})[.)](?:\s+|$)")
 _RANGE = re.compile(r"\d+\s*[–—-]\s*\d+")
-_MARKER = re.compile(r"\[(?P<m>P|US\d+)\]\s*")
+# "[P]" / "[US1]", also written as code ("`[P]`"); leading, or trailing after the name.
+_MARKER = re.compile(r"`?\[(?P<m>P|US\d+)\]`?\s*")
+_TRAILING_MARKER = re.compile(r"\s+`?\[(?P<m>P|US\d+)\]`?$")
+# "Phase 2", "PHASE 2", "Phase 3.1", spec-kit's placeholder "Phase N", roman "Phase II", no
+# number at all ("Phase: Setup"); also 阶段/階段/フェーズ/Fase. The number is kept as written.
+_ROMAN = r"(?-i:(?=[IVX])X{0,3}(?:IX|IV|V?I{0,3}))"
 _PHASE = re.compile(
-    r"phase\s+(?P<num>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<sep>[:.–—-])\s*(?P<name>.*?))?\s*$",
+    r"(?:phase|阶段|階段|フェーズ|fase)"
+    r"(?:\s*(?P<num>\d{1,9}(?:\.\d{1,9})?)|\s+(?P<tag>" + _ROMAN + r"|(?-i:[A-Z])))?(?![\w.])"
+    r"(?:\s*(?P<sep>[:：.–—-])\s*(?P<name>.*?))?\s*$",
     re.IGNORECASE | re.DOTALL,
 )
+_ROMAN_RE = re.compile(_ROMAN)
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10}
 _GATE = re.compile(
     r"(?:phase\s+\d+\s+)?(?:validation\s+gates?|checkpoints?|quality\s+gates?)\b", re.IGNORECASE
 )
@@ -64,6 +75,7 @@ _LABEL_KINDS: dict[str, str] = {
     "acceptance": "criteria",
     "done when": "criteria",
     "requirements": "reqs",
+    "requirements satisfied": "reqs",
     "requirement": "reqs",
     "description": "desc",
     "details": "desc",
@@ -146,16 +158,34 @@ def _outside_code(text: str, change: Callable[[str], str]) -> str:
 def match_phase(text: str) -> tuple[str, str] | None:
     """``(number, name)`` if ``text`` is a phase heading such as ``Phase 2: Build``.
 
-    ``number`` is as written: ``"2"``, or ``"3.1"`` in the older spec-kit
-    layout (``## Phase 3.1: Setup``). Ranges ("Phase 1-3") are not phases.
+    ``number`` is as written: ``"2"``, ``"3.1"`` in the older spec-kit layout
+    (``## Phase 3.1: Setup``), a roman ``"II"``, a placeholder letter (spec-kit's
+    ``## Phase N: Polish``) or ``""`` (``## Phase: Setup``); see ``phase_number``.
+    Ranges ("Phase 1-3") are not phases; a phase without a digit needs a name.
     """
     m = _PHASE.match(plain_heading(text))
     if m is None:
         return None
-    num, sep, name = m["num"], m["sep"], (m["name"] or "").strip()
-    if sep and sep != ":" and name[:1].isdigit():
+    num, sep, name = m["num"] or m["tag"] or "", m["sep"], (m["name"] or "").strip()
+    if sep and sep not in ":：" and name[:1].isdigit():
+        return None
+    if not m["num"] and (not name or (not num and sep not in ":：")):  # "Phase-out plan"
         return None
     return num, name or f"Phase {num}"
+
+
+def phase_number(written: str) -> int | None:
+    """The whole number a phase heading's written number stands for, if any.
+
+    ``"7"`` -> 7, roman ``"IV"`` -> 4; None for a placeholder letter (``"N"``),
+    no number (``""``) and dotted numbers (``"3.1"``), which are numbered by position.
+    """
+    if written.isdigit():
+        return int(written)
+    if not written or _ROMAN_RE.fullmatch(written) is None:
+        return None
+    values = [_ROMAN_VALUES[c] for c in written]
+    return sum(-v if v < nxt else v for v, nxt in zip(values, [*values[1:], 0], strict=True))
 
 
 def is_gate_title(text: str) -> bool:
@@ -193,17 +223,28 @@ def parse_head(text: str) -> Head:
     s = strip_bold(s).strip()
     s = _take_id(s, head)
     while (m := _MARKER.match(s)) is not None:
-        if m["m"] == "P":
-            head.parallel = True
-        else:
-            head.stories.append(m["m"])
+        _mark(head, m["m"])
         s = s[m.end() :]
     name = s.strip().rstrip(":").strip()
     if name.endswith("*") and not name.startswith("*"):
         head.optional = True
         name = name[:-1].rstrip()
+    if name.endswith("]"):  # "Create project structure [P]": markers after the name
+        trailing: list[str] = []
+        while (m := _TRAILING_MARKER.search(name)) is not None:
+            trailing.append(m["m"])
+            name = name[: m.start()]
+        for marker in reversed(trailing):
+            _mark(head, marker)
     head.name = name
     return head
+
+
+def _mark(head: Head, marker: str) -> None:
+    if marker == "P":
+        head.parallel = True
+    else:
+        head.stories.append(marker)
 
 
 def _take_id(s: str, head: Head) -> str:

@@ -1,35 +1,37 @@
-"""The two ways a tasks.md is laid out, each walked over the top-level blocks.
+"""Walking a tasks.md whose phases are headings, over its top-level blocks.
 
-* ``walk_phase_headings``: ``## Phase N: Name`` headings open phases; any other
-  heading at the same or a higher level closes the current phase (Summary,
-  Notes, Implementation Strategy...); deeper headings are task headings
-  (``#### Task 1.1: Name``), gate headings (``#### Validation Gate``) or plain
-  subsections whose tasks still belong to the phase.
-* ``walk_numbered``: no phase headings at all; each numbered top-level item
-  (``1. Set up`` or Kiro's ``- [ ] 1. Set up``) is a phase and its nested items
-  are the tasks.
+``## Phase N: Name`` headings open phases (``_tasks_md_numbered`` handles files
+without any). Which headings count:
+
+* the usual level is the most common level of phase headings; one level up
+  always counts, and so does one written deeper (``### Phase 0:`` then
+  ``## PHASE 1:``) unless it sits in a section that is not a phase (a
+  ``### Phase 3:`` under ``## Implementation Strategy`` is a plan, not a phase);
+* ``Phase 3.1`` headings only in the older spec-kit layout where every numbered
+  phase is dotted (numbered 1, 2, ... in file order); otherwise they are plain
+  headings;
+* a phase without a number (spec-kit's ``## Phase N: Polish``, ``## Phase: Setup``)
+  is numbered after the phase before it, with a warning.
+
+Any other heading at the phase's level or above closes the phase (Summary, Notes,
+Implementation Strategy...); deeper headings are task headings (``#### Task 1.1:``),
+gate headings (``#### Validation Gate``) or plain subsections whose tasks still
+belong to the phase.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from phasegate.activities._tasks_md_build import (
-    PhaseDraft,
-    PhaseSink,
-    TaskDraft,
-    TaskSink,
-    ordinal_of,
-    split_head,
-)
+from phasegate.activities._tasks_md_build import PhaseDraft, PhaseSink, TaskDraft, TaskSink
 from phasegate.activities._tasks_md_text import (
-    Head,
     gate_phase_number,
     is_gate_title,
     is_non_phase_section,
     match_phase,
     parse_head,
     parse_label,
+    phase_number,
     plain_heading,
 )
 from phasegate.activities._tasks_md_tree import (
@@ -47,18 +49,21 @@ def phase_layout(nodes: list[Node]) -> tuple[int, bool] | None:
     """``(level, dotted)`` of the phase headings, or None if there are none.
 
     ``level`` is the most common heading level of phase headings. ``dotted`` is
-    True only when every phase heading is numbered like ``Phase 3.1`` (older
-    spec-kit files); otherwise dotted ones are ordinary headings.
+    True only when every numbered phase heading is numbered like ``Phase 3.1``
+    (older spec-kit files); otherwise dotted ones are ordinary headings.
     """
     found = [
-        (node.level, "." in match[0])
+        (node.level, match[0])
         for node in nodes
         if node.type == "heading" and (match := match_phase(node.content))
     ]
     if not found:
         return None
-    dotted = all(is_dotted for _, is_dotted in found)
-    levels = Counter(level for level, is_dotted in found if is_dotted == dotted)
+    numbered = any(phase_number(written) is not None for _, written in found)
+    dotted = not numbered and any("." in written for _, written in found)
+    levels = Counter(level for level, written in found if ("." in written) == dotted)
+    if not levels:  # only placeholders ("Phase N") next to dotted ones: use them all
+        levels = Counter(level for level, _ in found)
     return max(levels, key=lambda lvl: (levels[lvl], -lvl)), dotted
 
 
@@ -76,7 +81,7 @@ def warn_outside(node: Node, where: str, warnings: list[ParseWarning]) -> None:
 
 
 class PhaseHeadingWalker:
-    """Walks a file whose phases are headings at ``level`` (or shallower)."""
+    """Walks a file whose phases are headings, usually at ``level``."""
 
     def __init__(self, level: int, dotted: bool, warnings: list[ParseWarning]):
         self.level = level
@@ -84,11 +89,14 @@ class PhaseHeadingWalker:
         self.warnings = warnings
         self.phases: list[PhaseDraft] = []
         self.sink: PhaseSink | None = None  # None while outside any phase
+        self.phase_level = level  # headings at this level or above close the phase
         self.task_sink: TaskSink | None = None  # under a "#### Task 1.1:" heading
         self.task_level = 0
         self.gate_target: PhaseDraft | None = None  # under a "#### Validation Gate" heading
         self.gate_level = 0
         self.section = ""  # the non-phase section we are in, for warnings
+        self.in_section = False  # under a non-phase heading (the title does not count)
+        self.warned_unnumbered = False
 
     def run(self, nodes: list[Node]) -> list[PhaseDraft]:
         """Walk the top-level blocks, draining ``nodes``; returns the phases found."""
@@ -111,8 +119,8 @@ class PhaseHeadingWalker:
         """Open or close a phase, task or gate block."""
         level, text = node.level, node.content
         found = match_phase(text)
-        if found and level <= self.level and ("." in found[0]) == self.dotted:
-            self.open_phase(found[0], found[1], node.line)
+        if found and self.is_phase(found[0], level):
+            self.open_phase(found[0], found[1], node.line, level)
             return
         if self.gate_target is not None and level > self.gate_level:
             return  # a sub-heading inside a gate block
@@ -121,10 +129,12 @@ class PhaseHeadingWalker:
             return
         if self.sink is None:
             self.section = plain_heading(text)
+            self.in_section = self.in_section or level > 1 or bool(self.phases)
             return
-        if level <= self.level:
+        if level <= max(self.phase_level, self.level):
             self.sink = self.task_sink = None
             self.section = plain_heading(text)
+            self.in_section = True
             return
         head = parse_head(text)
         if head.task_id is not None:
@@ -136,19 +146,18 @@ class PhaseHeadingWalker:
             self.task_sink = None
             self.sink.pending = None
 
-    def open_phase(self, written: str, name: str, line: int) -> None:
+    def is_phase(self, written: str, level: int) -> bool:
+        """Whether a heading that reads like a phase opens one here (see the module doc)."""
+        numbered = phase_number(written) is not None or "." in written
+        if numbered and ("." in written) != self.dotted:
+            return False
+        if level <= self.level or self.sink is not None or not self.in_section:
+            return True
+        return not self.phases and not is_non_phase_section(self.section)
+
+    def open_phase(self, written: str, name: str, line: int, level: int) -> None:
         """Start a new phase; a number used twice is kept but warned about."""
-        number = len(self.phases) + 1 if self.dotted else int(written)
-        if self.dotted and not self.phases:
-            self.warnings.append(
-                ParseWarning(
-                    line=line,
-                    message=(
-                        f"phase numbers like {written!r} are not whole numbers; "
-                        "the phases were numbered 1, 2, ... in file order"
-                    ),
-                )
-            )
+        number = self.number_for(written, line)
         for other in self.phases:
             if other.number == number:
                 self.warnings.append(
@@ -158,10 +167,35 @@ class PhaseHeadingWalker:
                     )
                 )
                 break
-        phase = PhaseDraft(number=number, name=name, line=line)
+        phase = PhaseDraft(number=number, name=name, line=line, written=written)
         self.phases.append(phase)
         self.sink = PhaseSink(phase, self.warnings)
+        self.phase_level = level
         self.task_sink = self.gate_target = None
+
+    def number_for(self, written: str, line: int) -> int:
+        """The phase's number: as written, else by position, with a warning on why."""
+        after = self.phases[-1].number + 1 if self.phases else 1
+        if "." in written:
+            if not self.phases:
+                self.warn(
+                    line,
+                    f"phase numbers like {written!r} are not whole numbers; "
+                    "the phases were numbered 1, 2, ... in file order",
+                )
+            return len(self.phases) + 1
+        number = phase_number(written)
+        if number is not None:
+            return number
+        if written:
+            self.warn(line, f"phase {written!r} has no number; it was numbered {after}")
+        elif not self.warned_unnumbered:
+            self.warned_unnumbered = True
+            self.warn(line, f"phases without a number were numbered in file order from {after}")
+        return after
+
+    def warn(self, line: int, message: str) -> None:
+        self.warnings.append(ParseWarning(line=line, message=message))
 
     def open_gate(self, text: str, level: int) -> bool:
         """Start a gate block for the phase it names, else for the current phase."""
@@ -186,101 +220,3 @@ class PhaseHeadingWalker:
                 if label is not None and not label.value:
                     continue  # an intro line such as "Phase 1 Complete When:"
                 gate.append(label.value if label and label.kind == "gate" else line.strip())
-
-
-def walk_numbered(nodes: list[Node], title: str, warnings: list[ParseWarning]) -> list[PhaseDraft]:
-    """Phases from numbered top-level items of a file without phase headings.
-
-    Lists under Notes/Summary/Overview-like headings are skipped. If no item is
-    numbered but there are checkbox items, the whole checklist is one phase.
-    """
-    phases: list[PhaseDraft] = []
-    loose: list[Node] = []  # top-level task items without a number
-    lists = _eligible_lists(nodes)
-    for lst in lists:
-        for item in lst.children:
-            head, _ = split_head(item_text(item)[0])
-            number = ordinal_of(item, lst.type, head)
-            if number is None:
-                if head.is_task:
-                    loose.append(item)
-                continue
-            phases.append(_numbered_phase(item, number, head, warnings))
-    if phases:
-        for item in loose:
-            warnings.append(
-                ParseWarning(line=item.line, message="unnumbered top-level task ignored")
-            )
-        return phases
-    if not loose:
-        return []
-    phase = PhaseDraft(number=1, name=title or "Tasks", line=loose[0].line)
-    warnings.append(
-        ParseWarning(
-            line=phase.line,
-            message="no phase headings or numbered items; the checklist was read as one phase",
-        )
-    )
-    sink = PhaseSink(phase, warnings)
-    for lst in lists:
-        sink.collect(lst)
-    return [phase]
-
-
-def _eligible_lists(nodes: list[Node]) -> list[Node]:
-    lists: list[Node] = []
-    skip_level = 0
-    for node in nodes:
-        if node.type == "heading":
-            if skip_level and node.level > skip_level:
-                continue
-            skip_level = node.level if is_non_phase_section(node.content) else 0
-        elif not skip_level and node.type in LISTS:
-            lists.append(node)
-    return lists
-
-
-def _numbered_phase(
-    item: Node, number: int, head: Head, warnings: list[ParseWarning]
-) -> PhaseDraft:
-    """A numbered item as a phase: task sub-items, else plain sub-items, else itself."""
-    phase = PhaseDraft(number=number, name=head.name or f"Phase {number}", line=item.line)
-    sink = PhaseSink(phase, warnings)
-    text, rest = item_text(item)
-    subs = [sub for child in rest if child.type in LISTS for sub in child.children]
-    sub_heads = [parse_head(first_line(item_text(sub)[0])) for sub in subs]
-    if any(h.is_task for h in sub_heads):
-        sink.lines(split_head(text)[1])
-        for child in rest:
-            sink.feed(child)
-    elif any(not _is_label(sub) for sub in subs):
-        sink.lines(split_head(text)[1])
-        for child in rest:
-            if child.type not in LISTS:
-                sink.feed(child)
-                continue
-            for sub in child.children:
-                if _is_label(sub):
-                    _phase_label_item(phase, sub)
-                else:
-                    sink.task_from_item(sub, inherit=head.status)
-    else:
-        sink.task_from_item(item)
-    return phase
-
-
-def _is_label(item: Node) -> bool:
-    label = parse_label(first_line(item_text(item)[0]))
-    return label is not None and label.kind is not None
-
-
-def _phase_label_item(phase: PhaseDraft, item: Node) -> None:
-    """A metadata bullet directly under a numbered phase item (e.g. Kiro's _Requirements_)."""
-    text = item_text(item)[0]
-    label = parse_label(first_line(text))
-    if label is not None and label.kind == "time":
-        phase.duration = label.value
-    elif label is not None and label.kind == "gate":
-        phase.gate.append(label.value)
-    else:
-        phase.desc.append(text.strip())

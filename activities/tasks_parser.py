@@ -2,16 +2,23 @@
 
 Structure comes from markdown-it-py's token stream, so fenced and indented
 code is never read as tasks and every phase and task keeps its line number.
-Handled layouts (see ``tests/fixtures/tasks/`` for one file per family):
+Handled layouts (``tests/fixtures/tasks/`` has one small file per family, and
+``tests/fixtures/tasks/real/`` files people wrote):
 
-* phase headings ``## Phase 1: Name`` / ``### Phase 0 - Name`` / ``## PHASE 2: NAME``
-  (older spec-kit ``## Phase 3.1: Setup`` headings are numbered 1, 2, ... in order);
+* phase headings ``## Phase 1: Name`` / ``### Phase 0 - Name`` / ``## PHASE 2: NAME``,
+  at mixed levels too; older spec-kit ``## Phase 3.1: Setup`` headings, spec-kit's
+  ``## Phase N: Polish`` and ``## Phase: Setup`` are numbered by position; roman
+  numerals and 阶段/フェーズ/Fase headings count as well;
 * tasks as checkbox items (``- [ ] **Task 1.1**: Name``, spec-kit's
   ``- [ ] T001 [P] [US1] text``, ``- [x] 1.1 text``, ``- [ ]* 2.1 text``) or as
-  headings (``#### Task 1.1: Name``, ``### P1-T2: Name``);
+  headings (``#### Task 1.1: Name``, ``### P1-T2: Name``, ``### T003.5: Name [P]``);
 * metadata bullets (Estimated Time, Dependencies, Acceptance Criteria,
   ``_Requirements: 1.1_``) and ``**Validation Gate:**`` / ``**Checkpoint**:`` blocks;
-* files without phase headings: numbered top-level items are the phases.
+* files without phase headings: numbered top-level items are the phases, with
+  their nested items or (Kiro) the ``1.1``, ``1.2`` items after them as tasks;
+  else sections over checklists (OpenSpec), else one phase;
+* YAML front matter is skipped; trailing sections (Notes, Dependencies...) end
+  the last phase.
 
 The only exception that leaves ``parse_tasks_md`` is ``SpecParseError``.
 """
@@ -20,10 +27,11 @@ from __future__ import annotations
 
 import hashlib
 
-from phasegate.activities._tasks_md_markdown import block_parser
+from phasegate.activities._tasks_md_markdown import blank_front_matter, block_parser
+from phasegate.activities._tasks_md_numbered import walk_numbered
 from phasegate.activities._tasks_md_text import plain_heading
 from phasegate.activities._tasks_md_tree import LISTS, Node, build_tree, drain, item_text
-from phasegate.activities._tasks_md_walk import PhaseHeadingWalker, phase_layout, walk_numbered
+from phasegate.activities._tasks_md_walk import PhaseHeadingWalker, phase_layout
 from phasegate.domain.errors import SpecParseError
 from phasegate.domain.spec import ParsedSpec, ParseWarning
 
@@ -74,7 +82,8 @@ def _parse(text: str, source: str) -> ParsedSpec:
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     if not text.strip():
         raise SpecParseError("the file is empty", source=source, line=1, hint=EXPECTED_FORMAT_HINT)
-    nodes = build_tree(_MD.parse(text))  # each stage drains the one before: see drain()
+    # YAML front matter is metadata, not markdown: its lines are blanked (line numbers hold).
+    nodes = build_tree(_MD.parse(blank_front_matter(text)))  # each stage drains the one before
     title = next(
         (plain_heading(n.content) for n in nodes if n.type == "heading" and n.level == 1), ""
     )

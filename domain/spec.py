@@ -42,7 +42,19 @@ class SpecTask(BaseModel):
 class SpecPhase(BaseModel):
     """One phase of tasks.md, numbered as written (``number``)."""
 
-    number: int = Field(description="Phase number as written in the file (may start at 0 or 1).")
+    number: int = Field(
+        description=(
+            "Phase number as written in the file (may start at 0 or 1); a phase written "
+            "without a whole number is numbered after the phase before it (see written_number)."
+        )
+    )
+    written_number: str = Field(
+        "",
+        description=(
+            "The number exactly as the heading or item writes it: '7', or for phases numbered "
+            "by position '3.1' (older spec-kit), 'N' (spec-kit's 'Phase N: Polish'), '' (none)."
+        ),
+    )
     name: str
     description: str = ""
     estimated_duration: str = ""

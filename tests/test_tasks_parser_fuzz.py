@@ -41,6 +41,10 @@ task_id = st.sampled_from(
         "P1-T2: ",
         "Task 1-3: ",
         "2.1* ",
+        "T-001 ",
+        "T003.5: ",
+        "T072b ",
+        "3.1 ",
     ]
 )
 label = st.sampled_from(
@@ -52,7 +56,8 @@ label = st.sampled_from(
 heading_kind = st.sampled_from(
     ["Phase {n}: {name}", "PHASE {n} - {name}", "Phase {n} — {name}", "Phase {n}", "Phases {n}-3",
      "Task {n}: {name}", "P{n}-T2: {name}", "Validation Gate", "Phase {n} Validation Gate",
-     "Checkpoint", "Notes", "Summary", "{name}"]
+     "Checkpoint", "Notes", "Summary", "{name}", "Phase N: {name}", "Phase: {name}",
+     "PHASE II - {name}", "阶段 {n}：{name}", "{n}. {name}", "T00{n}: {name} [P]"]
 )  # fmt: skip
 heading = st.builds(
     lambda hashes, kind, n, nm: f"{'#' * hashes} {kind.format(n=n, name=nm)}",
@@ -64,7 +69,7 @@ heading = st.builds(
 item = st.builds(
     lambda ind, bullet, st_, tid, nm: f"{ind}{bullet} {st_} {tid}{nm}",
     indent,
-    st.sampled_from(["-", "*", "+", "1.", "2)", "10."]),
+    st.sampled_from(["-", "*", "+", "1.", "2)", "10.", "- -", "-"]),
     state,
     task_id,
     name,
@@ -82,7 +87,8 @@ long_line = st.builds(
 )
 other = st.sampled_from(
     ["", "---", "===", "> quote", "> - [ ] quoted task", "<!--", "-->", "    - [ ] code", "\x00",
-     "\r", "text line", "1. Complete Phase 1-3", "|a|b|\n|-|-|"]
+     "\r", "text line", "1. Complete Phase 1-3", "|a|b|\n|-|-|", "---\nkey: v\n# c\n---",
+     "---\n\ndescription: x\n---", "-"]
 )  # fmt: skip
 fragment = heading | item | item | meta | fence | other | name | long_line
 separator = st.sampled_from(["\n", "\n", "\n", "\r\n", "\r", "\n\n"])
