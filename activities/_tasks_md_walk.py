@@ -6,7 +6,8 @@ without any). Which headings count:
 * the usual level is the most common level of phase headings; one level up
   always counts, and so does one written deeper (``### Phase 0:`` then
   ``## PHASE 1:``) unless it sits in a section that is not a phase (a
-  ``### Phase 3:`` under ``## Implementation Strategy`` is a plan, not a phase);
+  ``### Phase 3:`` under ``## Implementation Strategy`` is a plan, not a phase) or
+  repeats the number of a phase at the usual level (an overview of the phases);
 * ``Phase 3.1`` headings only in the older spec-kit layout where every numbered
   phase is dotted (numbered 1, 2, ... in file order); otherwise they are plain
   headings;
@@ -97,9 +98,18 @@ class PhaseHeadingWalker:
         self.section = ""  # the non-phase section we are in, for warnings
         self.in_section = False  # under a non-phase heading (the title does not count)
         self.warned_unnumbered = False
+        self.main_numbers: set[int] = set()  # numbers of the phase headings at `level`
 
     def run(self, nodes: list[Node]) -> list[PhaseDraft]:
         """Walk the top-level blocks, draining ``nodes``; returns the phases found."""
+        self.main_numbers = {
+            number
+            for node in nodes
+            if node.type == "heading"
+            and node.level <= self.level
+            and (found := match_phase(node.content))
+            and (number := phase_number(found[0])) is not None
+        }
         for node in drain(nodes):
             if node.type == "heading":
                 self.heading(node)
@@ -151,7 +161,11 @@ class PhaseHeadingWalker:
         numbered = phase_number(written) is not None or "." in written
         if numbered and ("." in written) != self.dotted:
             return False
-        if level <= self.level or self.sink is not None or not self.in_section:
+        if level <= self.level:
+            return True
+        if phase_number(written) in self.main_numbers:
+            return False  # "### Phase 1: Core (4 hours)" in an overview of the "## Phase 1:"s
+        if self.sink is not None or not self.in_section:
             return True
         return not self.phases and not is_non_phase_section(self.section)
 

@@ -305,6 +305,20 @@ def test_phase_headings_of_mixed_levels() -> None:
     ]
 
 
+def test_an_overview_of_the_phases_is_not_phases() -> None:
+    text = (
+        "# Upgrade\n\n## Phase Breakdown\n\n### Phase 1: Core (4 hours, 2 tasks)\nModels.\n\n"
+        "### Phase 2: CLI (2 hours, 1 task)\nWiring.\n\n## Phase 1: Core\n\n### Task 1.1: Models\n\n"
+        "### Task 1.2: Utils\n\n## Phase 2: CLI\n\n### Task 2.1: Wire it\n"
+    )
+    spec = parse_tasks_md(text)
+    assert outline(text) == [
+        (1, "Core", [("1.1", "Models", "todo"), ("1.2", "Utils", "todo")]),
+        (2, "CLI", [("2.1", "Wire it", "todo")]),
+    ]
+    assert spec.warnings == []
+
+
 def test_placeholder_and_unnumbered_phases_are_numbered_after_the_one_before() -> None:
     text = "## Phase 1: A\n- [ ] a\n## Phase N: Polish\n- [ ] b\n## Phase: Extra\n- [ ] c\n"
     spec = parse_tasks_md(text)
