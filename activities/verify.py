@@ -1,6 +1,7 @@
 """The ``run_verify_checks`` activity: a gate's ``verify:`` checks, run against the workspace.
 
-Checks come only from the workflow definition (``VerifyRequest.checks``);
+Checks come only from the workflow definition (``VerifyRequest.checks``, typed
+checks that ``domain.verify.parse_checks`` validated when the gate loaded);
 evidence is only ever text substituted into one argv element, path, pattern or
 value (see ``domain/verify.py``). Commands run without a shell, in their own
 process group, which is killed on timeout, on cancellation and when the
@@ -30,7 +31,6 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from phasegate.domain.errors import GateDefinitionError
 from phasegate.domain.verify import (
     CommandCheck,
     FileContainsCheck,
@@ -43,7 +43,6 @@ from phasegate.domain.verify import (
     VerifyRequest,
     VerifyResult,
     excerpt,
-    parse_checks,
     render,
 )
 
@@ -79,22 +78,16 @@ class VerifyActivities:
         """Run every check in order; a failing check does not skip later ones.
 
         Args:
-            req: The workspace, the raw checks from the gate, the evidence.
+            req: The workspace, the gate's typed checks, the evidence.
 
         Returns:
             One result per check, in check order; ``passed`` when all passed.
 
         Raises:
-            ApplicationError: Non-retryable, type ``verify_invalid``: the checks
-                do not parse or the workspace is not a directory.
+            ApplicationError: Non-retryable, type ``verify_invalid``: the workspace
+                is not a directory. (Malformed checks never get here: the request
+                does not decode, and the gate that holds them does not load.)
         """
-        try:
-            checks = parse_checks(req.checks, source="run_verify_checks")
-        except GateDefinitionError as exc:
-            details = exc.details()
-            raise ApplicationError(
-                str(exc), details, type="verify_invalid", non_retryable=True
-            ) from None
         try:
             workspace = Path(req.workspace).resolve()
             usable = workspace.is_dir()
@@ -105,7 +98,7 @@ class VerifyActivities:
             raise ApplicationError(message, type="verify_invalid", non_retryable=True)
         run = _Run(self, req, workspace)
         results = []
-        for index, check in enumerate(checks):
+        for index, check in enumerate(req.checks):
             _heartbeat({"check": index, "name": check.name})
             results.append(run.run(check))
         return VerifyReport(results=results, passed=all(r.passed for r in results))

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from phasegate.domain.errors import ExpressionError, GateDefinitionError
 from phasegate.domain.expressions import CompiledExpression, compile_expression
 from phasegate.domain.regex import check_regex
-from phasegate.domain.verify import parse_checks
+from phasegate.domain.verify import VerifyChecks, VerifySection, parse_checks
 
 __all__ = [
     "ApprovalSpec",
@@ -181,10 +181,10 @@ class GateDefinition(BaseModel):
     validators: dict[str, str] = Field(default_factory=dict, description="name -> 'lambda x: ...'")
     rules: list[GateRule] = Field(default_factory=list)
     approval: ApprovalSpec = Field(default_factory=ApprovalSpec)
-    verify: list[dict[str, Any]] = Field(
+    verify: VerifyChecks = Field(
         default_factory=list,
-        description="Checks an activity runs against the workspace (domain.verify); "
-        "a failed check blocks even when strict is false.",
+        description="Checks an activity runs against the workspace (domain.verify), typed "
+        "by kind; a failed check blocks even when strict is false.",
     )
     source: str = Field("", description="Where the gate came from, for messages.")
 
@@ -259,10 +259,10 @@ def load_gate(data: Any, *, source: str) -> GateDefinition:
     approval = _validated(
         ApprovalSpec, _mapping(raw_approval, source, "approval"), source, "approval"
     )
-    verify = _validated(GateDefinition, {"verify": data.get("verify") or []}, source, "").verify
-    # Checks are validated now (kinds, fields, template references to declared evidence
-    # fields); the workflow hands the raw list to the verify activity.
-    parse_checks(verify, source=source, known_fields=fields)
+    raw_verify = _validated(VerifySection, {"verify": data.get("verify") or []}, source, "")
+    # Typed now (kinds, fields, template references to declared evidence fields); the
+    # workflow hands the typed checks to the verify activity.
+    verify = parse_checks(raw_verify.verify, source=source, known_fields=fields)
     flags = {k: checkpoint[k] for k in ("strict", "allow_override") if k in checkpoint}
     gate = _validated(GateDefinition, flags, source, "checkpoint")
     parts = {"fields": fields, "validators": validators, "rules": rules, "approval": approval}

@@ -5,6 +5,12 @@ these methods; everything that decides (which phase is readable, whether
 evidence passes, who may approve) lives here so it can be unit-tested without
 a server and replays identically. Time comes in as an argument
 (``workflow.now()``), never from a clock.
+
+The workflow's part is mechanics: it runs the activities (verify, render, the
+webhook) and the approval timer and hands their outcomes back here. Approval
+rules live in ``session_approvals``, controls in ``session_controls``, the
+read-side views in ``session_views``; ``SessionState`` is the one surface the
+workflow calls.
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from phasegate.domain import session_approvals, session_controls, session_views
 from phasegate.domain.errors import (
-    ApprovalRefused,
     PayloadTooLarge,
     PhaseSequenceViolation,
     SessionError,
@@ -34,8 +40,6 @@ from phasegate.domain.messages import (
     CompletedPhase,
     ControlRequest,
     DefinitionRef,
-    GateField,
-    GateView,
     PhaseArtifact,
     PhaseContent,
     PhaseDefinition,
@@ -45,18 +49,26 @@ from phasegate.domain.messages import (
     SessionStatus,
     SessionSummary,
     SessionView,
-    TaskSummary,
     TaskView,
 )
-from phasegate.domain.signing import ApproverKey, check_signed_decision
-from phasegate.domain.verify import VerifyResult
+from phasegate.domain.session_approvals import DEADLINE_ACTOR, ApprovalExpiry
+from phasegate.domain.signing import ApproverKey
+from phasegate.domain.verify import VerifyRequest, VerifyResult, budget_seconds
 
-__all__ = ["MAX_REMEMBERED_SUBMISSIONS", "SessionState", "evidence_size"]
+__all__ = [
+    "DEADLINE_ACTOR",
+    "MAX_REMEMBERED_SUBMISSIONS",
+    "VERIFY_SLACK_SECONDS",
+    "ApprovalExpiry",
+    "SessionState",
+    "evidence_size",
+]
 
 MAX_REMEMBERED_SUBMISSIONS = 500
 MAX_ATTEMPTS_WITH_EVIDENCE = 10  # current phase; older attempts keep digest and problems
 MAX_ATTEMPT_LOG = 500  # attempts of earlier phases, compacted
 CARRY_LIMIT_BYTES = 1_500_000  # continue-as-new input must stay under Temporal's 2 MB
+VERIFY_SLACK_SECONDS = 60.0  # verify activity: start-up, file and git checks, reporting
 
 
 def evidence_size(evidence: dict[str, Any]) -> int:
@@ -128,21 +140,6 @@ class SessionState(BaseModel):
     def requires_approval(self) -> bool:
         return self.current.requires_approval or self.current.gate.approval.required
 
-    def violation(self, requested: int, what: str = "phase") -> SequenceViolation:
-        """The refusal any read of a not-yet-reached phase gets (no future content)."""
-        return SequenceViolation(
-            message=(
-                f"{what} {requested} is not available: the session is on phase "
-                f"{self.current.index} of {self.total_phases}. Complete the current phase "
-                "(submit_checkpoint) to unlock the next one."
-            ),
-            requested_phase=requested,
-            current_phase=self.current.index,
-            total_phases=self.total_phases,
-            completed_phases=[c.phase for c in self.completed],
-            current_content=self.current.content,
-        )
-
     def readable(self, index: int) -> PhaseDefinition | None:
         """The phase if the agent may read it (current or completed), else None."""
         if index == self.current.index and not self.finished:
@@ -153,87 +150,24 @@ class SessionState(BaseModel):
             return self.current
         return None
 
+    def violation(self, requested: int, what: str = "phase") -> SequenceViolation:
+        """The refusal any read of a not-yet-reached phase gets (no future content)."""
+        return session_views.violation(self, requested, what)
+
     def status_view(self) -> SessionView:
-        last = self.attempts[-1] if self.attempts else None
-        return SessionView(
-            workflow_type=self.workflow_type,
-            name=self.name,
-            target=self.target,
-            status=self.status,
-            current_phase=self.current.index,
-            current_phase_name=self.current.name,
-            total_phases=self.total_phases,
-            completed_phases=list(self.completed),
-            attempts=self.attempt_count,
-            last_problems=list(last.problems) if last and not last.passed else [],
-            approvals=list(self.approvals),
-            awaiting_approval_from=(
-                self.allowed_approvers() or ["any approver"] if self.awaiting_approval else []
-            ),
-            approval_due_at=self.approval_due_at if self.awaiting_approval else None,
-            audit=list(self.audit),
-            superseded=list(self.superseded),
-            attempt_log=self.attempt_log[-50:],
-            feedback=self.feedback,
-            artifacts={str(k): sorted(a.evidence) for k, a in sorted(self.artifacts.items())},
-            last_signal_error=self.last_signal_error,
-            started_at=self.started_at,
-            updated_at=self.updated_at,
-        )
+        return session_views.status_view(self)
 
     def phase_view(self, index: int) -> PhaseView | SequenceViolation:
-        phase = self.readable(index)
-        if phase is None:
-            return self.violation(index)
-        state: Literal["current", "completed"] = "completed" if index in self.past else "current"
-        # Artifacts of earlier phases (and, for a completed phase, its own).
-        earlier = {
-            str(k): a
-            for k, a in sorted(self.artifacts.items())
-            if k < index or (state == "completed" and k == index)
-        }
-        return PhaseView(
-            phase=phase.index,
-            label=phase.label,
-            name=phase.name,
-            state=state,
-            content=phase.content,
-            tasks=_task_summaries(phase),
-            gate=_gate_view(phase, self.allowed_approvers() if state == "current" else []),
-            artifacts=earlier,
-            context=phase.context,
-        )
+        return session_views.phase_view(self, index)
 
     def task_view(self, index: int, task: str) -> TaskView | SequenceViolation:
-        phase = self.readable(index)
-        if phase is None:
-            return self.violation(index, "task of phase")
-        for t in phase.tasks:
-            if task in (t.id, str(t.number)):
-                summary = TaskSummary(
-                    id=t.id, number=t.number, name=t.name, status=t.status, optional=t.optional
-                )
-                return TaskView(phase=index, task=summary, content=t.content, context=t.context)
-        known = ", ".join(f"{t.number} ({t.id})" for t in phase.tasks) or "none"
-        raise SessionError(
-            f"phase {index} has no task {task!r}",
-            hint=f"tasks of this phase: {known}",
-        )
+        return session_views.task_view(self, index, task)
 
     def content(self) -> PhaseContent:
-        p = self.current
-        return PhaseContent(
-            phase=p.index, label=p.label, name=p.name, content=p.content, tasks=_task_summaries(p)
-        )
+        return session_views.content(self)
 
     def summary(self) -> SessionSummary:
-        return SessionSummary(
-            workflow_type=self.workflow_type,
-            status=self.status,
-            completed_phases=[c.phase for c in self.completed],
-            total_phases=self.total_phases,
-            artifacts={str(k): a for k, a in sorted(self.artifacts.items())},
-        )
+        return session_views.summary(self)
 
     # ---- checking ------------------------------------------------------
 
@@ -278,49 +212,8 @@ class SessionState(BaseModel):
     def check_decision(
         self, decision: ApprovalDecision, session_id: str = ""
     ) -> SessionError | None:
-        if not self.awaiting_approval:
-            return ApprovalRefused(
-                f"nothing awaits approval: session is {self.status} on phase {self.current.index}",
-                hint="approvals are decided after the phase's checkpoint passes",
-            )
-        if decision.phase != self.current.index:
-            return ApprovalRefused(
-                f"phase {decision.phase} is not awaiting approval; phase {self.current.index} is",
-                where="phase",
-            )
-        allowed = self.allowed_approvers()
-        if not decision.approver.strip():
-            return ApprovalRefused("an approval must name its approver", where="approver")
-        if allowed and decision.approver not in allowed:
-            return ApprovalRefused(
-                f"{decision.approver!r} may not approve phase {self.current.index}",
-                where="approver",
-                hint=f"allowed approvers: {', '.join(allowed)}",
-            )
-        if not self.approver_keys and not self.unsigned_approvals:
-            return ApprovalRefused(
-                "this deployment accepts only signed approvals and this session names no "
-                "approver keys, so no decision can be accepted",
-                where="approver_keys",
-                hint="name signed approvers (PHASEGATE_APPROVER_KEYS on the worker, approver_keys "
-                "in metadata.json, or `phasegate start --approver-key NAME`), or set "
-                "PHASEGATE_ALLOW_UNSIGNED_APPROVALS=1 where agents cannot reach Temporal",
-            )
-        if self.approver_keys:
-            reason = check_signed_decision(
-                keys=self.approver_keys,
-                session_id=session_id,
-                phase=decision.phase,
-                decision=decision.decision,
-                approver=decision.approver,
-                comment=decision.comment,
-                nonce=decision.nonce,
-                signature=decision.signature,
-                used_nonces=frozenset(self.used_nonces),
-            )
-            if reason is not None:
-                return ApprovalRefused(reason, where="signature")
-        return None
+        """Why an approval decision must be refused, or None (see ``session_approvals``)."""
+        return session_approvals.check_decision(self, decision, session_id)
 
     # ---- changing ------------------------------------------------------
 
@@ -331,6 +224,34 @@ class SessionState(BaseModel):
     def needs_verify(self, evaluation: GateEvaluation) -> bool:
         """Workspace checks run only for evidence that passes everything else."""
         return evaluation.passed and bool(self.current.gate.verify)
+
+    def verify_request(self, sub: CheckpointSubmission, session_id: str) -> VerifyRequest:
+        """The verify activity's input: the current gate's typed checks and the evidence."""
+        return VerifyRequest(
+            workspace=self.target,
+            checks=self.current.gate.verify,
+            evidence=sub.evidence,
+            base_commit=self.ref.base_commit,
+            session_id=session_id,
+            target=self.target,
+        )
+
+    def verify_timeout(self) -> timedelta:
+        """The verify activity's start-to-close budget: every command check's own
+        ``timeout_seconds`` plus a fixed slack for the checks that only read."""
+        return timedelta(seconds=budget_seconds(self.current.gate.verify) + VERIFY_SLACK_SECONDS)
+
+    @staticmethod
+    def verify_unavailable(cause: str) -> list[VerifyResult]:
+        """The verdict when the checks could not run at all: one failed check (it blocks)."""
+        return [
+            VerifyResult(
+                name="verify",
+                kind="activity",
+                passed=False,
+                message=f"the workspace checks could not run: {cause}",
+            )
+        ]
 
     def record_checkpoint(
         self,
@@ -344,8 +265,9 @@ class SessionState(BaseModel):
 
         Returns (result, advance_now). A failed verify check blocks even under
         ``strict: false``. A passing checkpoint on a phase that needs approval
-        parks the session in ``awaiting_approval``; otherwise the caller renders
-        the next phase and calls :meth:`advance`.
+        parks the session in ``awaiting_approval``; otherwise (advance_now) the
+        caller renders the next phase. Either way the caller then calls
+        :meth:`finish_checkpoint` for the final answer.
         """
         evaluation = evaluation or self.evaluate(sub)
         verify = list(verify or [])
@@ -364,6 +286,8 @@ class SessionState(BaseModel):
             evaluation = evaluation.model_copy(
                 update={"passed": False, "problems": [*evaluation.problems, *failed]}
             )
+        if via == "signal":
+            self.last_signal_error = None
         self.attempt_count += 1
         self.attempts.append(
             Attempt(
@@ -420,6 +344,34 @@ class SessionState(BaseModel):
             return result, False
         return result, True
 
+    def finish_checkpoint(
+        self,
+        sub: CheckpointSubmission,
+        result: CheckpointResult,
+        next_phase: PhaseDefinition | None,
+        now: datetime,
+    ) -> CheckpointResult:
+        """The final answer to a checkpoint :meth:`record_checkpoint` recorded.
+
+        When it advances (passed, no approval needed) the phase is completed and
+        ``next_phase`` entered (None only after the last phase); the answer then
+        names the new current phase, the next phase's content, and whether the
+        session is complete. The answer is remembered for repeats of its
+        submission id.
+        """
+        if result.passed and not result.awaiting_approval:
+            self.advance(next_phase, now)
+            completed = self.status == "completed"
+            result = result.model_copy(
+                update={
+                    "completed": completed,
+                    "current_phase": self.current.index,
+                    "next_phase": None if completed else self.content(),
+                }
+            )
+        self.remember(sub.submission_id, result)
+        return result
+
     def is_last_phase(self) -> bool:
         return self.current.index + 1 >= self.total_phases
 
@@ -442,7 +394,7 @@ class SessionState(BaseModel):
             )
         )
         self.past[done.index] = done
-        self._log_attempts()
+        self.log_attempts()
         self.attempt_count = 0
         self.updated_at = now
         if next_phase is None:
@@ -452,102 +404,69 @@ class SessionState(BaseModel):
         self.status = "active"
 
     def record_decision(self, decision: ApprovalDecision, now: datetime) -> bool:
-        """Record an approval decision. Returns True if the phase should now advance."""
-        self.approvals.append(
-            ApprovalRecord(
-                phase=decision.phase,
-                approver=decision.approver,
-                decision=decision.decision,
-                comment=decision.comment,
-                at=now,
-            )
+        """Record a checked decision. Returns True if the phase should now advance."""
+        return session_approvals.record_decision(self, decision, now)
+
+    def decide(
+        self, decision: ApprovalDecision, next_phase: PhaseDefinition | None, now: datetime
+    ) -> bool:
+        """Record a checked decision; an approval completes the phase and enters
+        ``next_phase`` (rendered beforehand; None after the last phase). Returns
+        whether the session advanced."""
+        if not self.record_decision(decision, now):
+            return False
+        self.advance(next_phase, now)
+        return True
+
+    # ---- approval deadlines ----------------------------------------------
+
+    def approval_deadline(self) -> tuple[int, datetime] | None:
+        """(phase, due_at) of the deadline a timer should now run for, or None.
+
+        Only while awaiting approval: a paused session's deadline waits for resume.
+        """
+        if self.status != "awaiting_approval" or self.approval_due_at is None:
+            return None
+        return self.current.index, self.approval_due_at
+
+    def approval_pending(self, phase: int, due_at: datetime) -> bool:
+        """Whether the approval with deadline ``due_at`` on ``phase`` is still undecided."""
+        return (
+            self.awaiting_approval
+            and self.current.index == phase
+            and self.approval_due_at == due_at
         )
-        self.updated_at = now
-        self.approval_due_at = None
-        if decision.nonce:
-            self.used_nonces.append(decision.nonce)
-        self.audit.append(
-            AuditEntry(
-                at=now,
-                action=decision.decision,
-                actor=decision.approver,
-                phase=decision.phase,
-                detail=decision.comment,
-            )
-        )
-        if decision.decision == "approve":
-            assert self.pending is not None
-            self.pending.approved_by = decision.approver
-            return True
-        self.pending = None
-        self.status = "active"
-        self.feedback = decision.comment or f"rejected by {decision.approver}"
-        return False
+
+    def expire_approval(
+        self, phase: int, due_at: datetime, now: datetime, session_id: str = ""
+    ) -> ApprovalExpiry | None:
+        """The deadline ``due_at`` of ``phase`` passed: reject or escalate as the gate says.
+
+        Returns what was done (and, for an escalation with a webhook, the call to
+        make), or None when that deadline no longer applies.
+        """
+        return session_approvals.expire_approval(self, phase, due_at, now, session_id)
+
+    def record_notification(
+        self, phase: int, url: str, now: datetime, error: str | None = None
+    ) -> None:
+        """Audit the escalation webhook: delivered (``error`` None) or why not."""
+        session_approvals.record_notification(self, phase, url, now, error)
 
     # ---- controls --------------------------------------------------------
 
     def check_control(self, req: ControlRequest) -> SessionError | None:
         """Why a control request must be refused, or None. Nothing here moves forward."""
-        if self.finished:
-            return SessionNotActive(f"session is {self.status}; controls no longer apply")
-        if req.action == "pause" and self.status == "paused":
-            return SessionNotActive("session is already paused")
-        if req.action == "resume" and self.status != "paused":
-            return SessionNotActive("session is not paused", hint="only a paused session resumes")
-        if req.action == "abandon" and not req.reason.strip():
-            return SessionError("abandon needs a reason", where="reason")
-        if req.action == "rollback":
-            done = sorted(self.past)
-            if req.to_phase is None or req.to_phase not in self.past:
-                return PhaseSequenceViolation(
-                    f"rollback goes back to a completed phase; {req.to_phase} is not one",
-                    where="to_phase",
-                    hint=f"completed phases: {', '.join(map(str, done)) or 'none'}",
-                )
-        return None
+        return session_controls.check_control(self, req)
 
     def apply_control(self, req: ControlRequest, now: datetime) -> None:
-        """Carry out a checked control request and audit it."""
-        phase = self.current.index
-        if req.action == "pause":
-            self.paused_from, self.status = self.status, "paused"
-        elif req.action == "resume":
-            self.status, self.paused_from = self.paused_from or "active", None
-        elif req.action == "abandon":
-            self.status = "abandoned"
-        elif req.action == "retry_phase":
-            self._log_attempts()
-            self.attempt_count = 0
-            self.feedback = ""
-        elif req.action == "rollback":
-            assert req.to_phase is not None
-            self._rollback(req.to_phase)
-        self.audit.append(
-            AuditEntry(at=now, action=req.action, actor=req.actor, phase=phase, detail=req.reason)
-        )
-        self.updated_at = now
+        """Carry out a checked control request and audit it (see ``session_controls``)."""
+        session_controls.apply_control(self, req, now)
 
-    def _rollback(self, to_phase: int) -> None:
-        """Reopen completed phase ``to_phase``; later artifacts are kept as superseded."""
-        undone = [k for k in self.artifacts if k >= to_phase]
-        for k in sorted(undone):
-            self.superseded.append(self.artifacts.pop(k).model_copy(update={"superseded": True}))
-        if self.pending is not None:
-            self.superseded.append(self.pending.model_copy(update={"superseded": True}))
-            self.pending = None
-        self.current = self.past[to_phase]
-        for k in [k for k in self.past if k >= to_phase]:
-            del self.past[k]
-        self.completed = [c for c in self.completed if c.phase < to_phase]
-        self._log_attempts()
-        self.attempt_count = 0
-        # Remembered answers about undone phases would now be wrong: forget them.
-        self.processed = {k: r for k, r in self.processed.items() if r.current_phase < to_phase}
-        self.approval_due_at = None
-        self.paused_from = None
-        self.status = "active"
+    # ---- bookkeeping -----------------------------------------------------
 
-    def _log_attempts(self) -> None:
+    def log_attempts(self) -> None:
+        """Move the current phase's attempts, compacted, to the (bounded) attempt log."""
         self.attempt_log.extend(a.compacted() for a in self.attempts)
         del self.attempt_log[:-MAX_ATTEMPT_LOG]
         self.attempts = []
@@ -605,23 +524,3 @@ def _canonical(data: Any) -> bytes:
 def _tail(text: str, limit: int = 160) -> str:
     text = text.strip()
     return text if len(text) <= limit else "..." + text[-limit:]
-
-
-def _task_summaries(phase: PhaseDefinition) -> list[TaskSummary]:
-    return [
-        TaskSummary(id=t.id, number=t.number, name=t.name, status=t.status, optional=t.optional)
-        for t in phase.tasks
-    ]
-
-
-def _gate_view(phase: PhaseDefinition, approvers: list[str]) -> GateView:
-    gate = phase.gate
-    return GateView(
-        fields={
-            name: GateField(type=spec.type, required=spec.required, description=spec.description)
-            for name, spec in gate.fields.items()
-        },
-        requires_approval=phase.requires_approval or gate.approval.required,
-        approvers=approvers or list(phase.approvers or gate.approval.approvers),
-        strict=gate.strict,
-    )

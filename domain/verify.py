@@ -3,8 +3,12 @@
 A gate's ``verify:`` list names checks an activity runs after the evidence
 passes the schema (``activities/verify.py``), so an agent cannot claim "tests
 pass" when they do not. This module holds the models and the pure helpers:
-:func:`parse_checks` validates a gate's list at load time, :func:`render`
-fills the restricted templates, :func:`excerpt` trims captured output.
+:func:`parse_checks` validates a gate's list at load time (errors name the gate
+file and ``verify[i].<field>``) and returns typed checks, one model per
+``kind`` (:data:`VerifyCheck`, a discriminated union); gates, the workflow and
+the activity pass those typed checks around (:data:`VerifyChecks`).
+:func:`render` fills the restricted templates, :func:`excerpt` trims captured
+output.
 
 Templates: ``{{ evidence.<field> }}``, ``{{ session.id }}`` and
 ``{{ session.target }}`` are the only references allowed, and only in the
@@ -21,7 +25,15 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from phasegate.domain.errors import GateDefinitionError
 from phasegate.domain.regex import check_regex
@@ -36,9 +48,12 @@ __all__ = [
     "GlobCountCheck",
     "JsonValueCheck",
     "VerifyCheck",
+    "VerifyChecks",
     "VerifyReport",
     "VerifyRequest",
     "VerifyResult",
+    "VerifySection",
+    "budget_seconds",
     "excerpt",
     "parse_checks",
     "render",
@@ -63,6 +78,10 @@ class _Check(BaseModel):
 
     name: str = Field(min_length=1, description="Shown in results; defaults to '<kind>_<n>'.")
 
+    def budget_seconds(self) -> float:
+        """How long this check may run on its own (beyond the activity's fixed slack)."""
+        return 0.0
+
 
 class CommandCheck(_Check):
     """Run a program (argv list, never a shell) and check its exit code and output."""
@@ -83,6 +102,9 @@ class CommandCheck(_Check):
         if not value[0].strip():
             raise ValueError("the program (argv[0]) is empty")
         return value
+
+    def budget_seconds(self) -> float:
+        return self.timeout_seconds
 
 
 class FileExistsCheck(_Check):
@@ -141,6 +163,36 @@ VerifyCheck = Annotated[
     Field(discriminator="kind"),
 ]
 
+
+def _default_names(value: Any) -> Any:
+    """Name unnamed checks ``<kind>_<n>`` (n from 1), as :func:`parse_checks` does, so a
+    list stored before checks were typed (raw gate YAML in history) still loads."""
+    if not isinstance(value, list):
+        return value
+    return [
+        {"name": f"{item['kind']}_{i + 1}", **item}
+        if isinstance(item, dict) and "name" not in item and isinstance(item.get("kind"), str)
+        else item
+        for i, item in enumerate(value)
+    ]
+
+
+#: A gate's checks, as carried in gates, workflow state and the activity's input.
+VerifyChecks = Annotated[list[VerifyCheck], BeforeValidator(_default_names)]
+
+
+def budget_seconds(checks: Iterable[_Check]) -> float:
+    """Seconds the checks may run in all: the sum of the command timeouts.
+
+    Args:
+        checks: Typed checks.
+
+    Returns:
+        The sum of :meth:`budget_seconds` (0 for checks that only read files or git).
+    """
+    return sum(check.budget_seconds() for check in checks)
+
+
 CHECK_MODELS: dict[str, type[_Check]] = {
     "command": CommandCheck,
     "file_exists": FileExistsCheck,
@@ -161,6 +213,13 @@ TEMPLATED_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+class VerifySection(BaseModel):
+    """A gate file's ``verify:`` as written: a list of mappings, before
+    :func:`parse_checks` types each one (its errors name ``verify.<i>``)."""
+
+    verify: list[dict[str, Any]]
+
+
 class VerifyResult(BaseModel):
     """The outcome of one check."""
 
@@ -177,7 +236,7 @@ class VerifyRequest(BaseModel):
     """Input of the ``run_verify_checks`` activity."""
 
     workspace: str = Field(description="The directory the checks run against.")
-    checks: list[dict[str, Any]] = Field(description="Raw checks, as in the gate's verify:.")
+    checks: VerifyChecks = Field(description="The gate's checks, as parse_checks returned them.")
     evidence: dict[str, Any] = Field(default_factory=dict)
     base_commit: str | None = Field(None, description="git HEAD when the session started.")
     session_id: str = ""

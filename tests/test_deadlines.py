@@ -19,9 +19,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.messages import SessionOptions, SessionView
+from phasegate.domain.session import DEADLINE_ACTOR
 from phasegate.testing import dev_server_options
 from phasegate.worker import build_worker
-from phasegate.workflows.gated_session import DEADLINE_ACTOR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "library"
 

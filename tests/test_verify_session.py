@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from phasegate.domain.messages import PhaseView
+from phasegate.domain.session import VERIFY_SLACK_SECONDS
 
 FAILING = "def test_total():\n    total = 1 + 1\n    assert total == 3, 'total is off by one'\n"
 PASSING = "def test_total():\n    assert 1 + 1 == 2\n"
@@ -50,6 +52,15 @@ async def test_phantom_completion_is_refused(session_env, workspace):
     view = await pg.phase(sid, 1)
     assert isinstance(view, PhaseView)
     assert view.artifacts["0"].outputs["verify"][0]["passed"] is True
+    # The activity's budget is the session's answer: the command's 120 s plus the slack.
+    history = await pg.handle(sid).fetch_history()
+    budgets = [
+        e.activity_task_scheduled_event_attributes.start_to_close_timeout.ToTimedelta()
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "run_verify_checks"
+    ]
+    assert budgets == [timedelta(seconds=120 + VERIFY_SLACK_SECONDS)] * 2
 
 
 async def test_evidence_stays_one_argument(session_env, workspace):

@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.errors import PhasegateError, SessionError, SessionNotActive
     from phasegate.domain.messages import (
         ApprovalDecision,
-        AuditEntry,
         CheckpointResult,
         CheckpointSubmission,
         ControlRequest,
@@ -42,16 +41,15 @@ with workflow.unsafe.imports_passed_through():
         TaskQuery,
         TaskView,
     )
-    from phasegate.domain.session import SessionState
-    from phasegate.domain.verify import VerifyReport, VerifyRequest, VerifyResult
+    from phasegate.domain.session import DEADLINE_ACTOR, SessionState
+    from phasegate.domain.verify import VerifyReport, VerifyResult
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
 
-__all__ = ["GatedSession"]
+__all__ = ["DEADLINE_ACTOR", "GatedSession"]
 
 # Temporal refuses the 2,001st update of a run; leave room for in-flight ones
 # (signals count too: a conservative, simple bound).
 UPDATES_BEFORE_CONTINUE = 1800
-DEADLINE_ACTOR = "phasegate:deadline"
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
 
@@ -198,14 +196,10 @@ class GatedSession:
             evaluation = state.evaluate(sub)
             verify = await self._verify(sub) if state.needs_verify(evaluation) else []
             result, advance = state.record_checkpoint(sub, workflow.now(), via, evaluation, verify)
-            if via == "signal":
-                state.last_signal_error = None
+            next_phase = await self._next_phase() if advance else None
+            result = state.finish_checkpoint(sub, result, next_phase, workflow.now())
             if advance:
-                await self._advance()
-                result.completed = state.status == "completed"
-                result.current_phase = state.current.index
-                result.next_phase = None if result.completed else state.content()
-            state.remember(sub.submission_id, result)
+                self._start_prefetch()
             self._arm_deadline()
             # After an advance the search attributes ride on the prefetch's workflow task,
             # keeping the advance's own task (and so its answer) one command lighter.
@@ -216,23 +210,12 @@ class GatedSession:
         """Run the gate's workspace checks; a check that cannot run is a failed check."""
         state = self._state
         assert state is not None
-        checks = state.current.gate.verify
         self._verifying = True
-        budget = sum(
-            float(c.get("timeout_seconds", 300)) for c in checks if c.get("kind") == "command"
-        )
         try:
             report: VerifyReport = await workflow.execute_activity_method(
                 VerifyActivities.run_verify_checks,
-                VerifyRequest(
-                    workspace=state.target,
-                    checks=checks,
-                    evidence=sub.evidence,
-                    base_commit=state.ref.base_commit,
-                    session_id=workflow.info().workflow_id,
-                    target=state.target,
-                ),
-                start_to_close_timeout=timedelta(seconds=budget + 60),
+                state.verify_request(sub, workflow.info().workflow_id),
+                start_to_close_timeout=state.verify_timeout(),
                 heartbeat_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(
                     maximum_attempts=2, non_retryable_error_types=["verify_invalid"]
@@ -245,25 +228,10 @@ class GatedSession:
                 if isinstance(exc.cause, ApplicationError)
                 else str(exc.cause or exc)
             )
-            return [
-                VerifyResult(
-                    name="verify",
-                    kind="activity",
-                    passed=False,
-                    message=f"the workspace checks could not run: {cause}",
-                )
-            ]
+            return state.verify_unavailable(cause)
         finally:
             self._verifying = False
         return report.results
-
-    async def _advance(self) -> None:
-        """Complete the current phase; render and enter the next one."""
-        state = self._state
-        assert state is not None
-        next_phase = await self._next_phase()
-        state.advance(next_phase, workflow.now())
-        self._start_prefetch()
 
     async def _next_phase(self) -> PhaseDefinition | None:
         """The phase after the current one, rendered (None after the last phase).
@@ -341,8 +309,7 @@ class GatedSession:
                     next_phase = await self._next_phase()
                 except PhasegateError as exc:
                     raise application_error(exc, non_retryable=False) from None
-            if state.record_decision(decision, workflow.now()):
-                state.advance(next_phase, workflow.now())
+            if state.decide(decision, next_phase, workflow.now()):
                 self._start_prefetch()
             self._publish()
             return state.status_view()
@@ -387,26 +354,24 @@ class GatedSession:
     # ---- approval deadlines ----------------------------------------------
 
     def _arm_deadline(self) -> None:
-        """Start the timer for the approval the session now waits for, if its gate has one."""
+        """Start the timer for the approval deadline the session now waits on, if any."""
         state = self._state
         assert state is not None
-        if state.status != "awaiting_approval" or state.approval_due_at is None:
-            return
-        key = (state.current.index, state.approval_due_at)
-        if self._deadline_key != key:
+        key = state.approval_deadline()
+        if key is not None and self._deadline_key != key:
             self._deadline_key = key
             asyncio.create_task(self._deadline(key))
 
     async def _deadline(self, key: tuple[int, datetime]) -> None:
+        """The timer; what a passed deadline means is ``SessionState.expire_approval``'s call."""
         state = self._state
         assert state is not None
-
-        def still_waiting() -> bool:
-            return state.awaiting_approval and (state.current.index, state.approval_due_at) == key
-
-        remaining = max((key[1] - workflow.now()).total_seconds(), 0.001)
+        phase, due_at = key
+        remaining = max((due_at - workflow.now()).total_seconds(), 0.001)
         try:
-            await workflow.wait_condition(lambda: not still_waiting(), timeout=remaining)
+            await workflow.wait_condition(
+                lambda: not state.approval_pending(phase, due_at), timeout=remaining
+            )
             # Decided, rolled back or paused in time; a resume arms the deadline again.
             if self._deadline_key == key:
                 self._deadline_key = None
@@ -414,64 +379,29 @@ class GatedSession:
         except TimeoutError:
             pass
         async with self._lock:
-            if not still_waiting() or state.status == "approval_overdue":
+            expiry = state.expire_approval(
+                phase, due_at, workflow.now(), session_id=workflow.info().workflow_id
+            )
+            if expiry is None:
                 return
-            approval = state.current.gate.approval
-            now = workflow.now()
-            if approval.on_timeout == "reject":
-                state.record_decision(
-                    ApprovalDecision(
-                        phase=key[0],
-                        approver=DEADLINE_ACTOR,
-                        decision="reject",
-                        comment=f"no decision within {approval.timeout}; the phase is reopened",
-                    ),
-                    now,
-                )
-            else:
-                state.status = "approval_overdue"
-                state.audit.append(
-                    AuditEntry(
-                        at=now,
-                        action="escalate",
-                        actor=DEADLINE_ACTOR,
-                        phase=key[0],
-                        detail=f"no decision within {approval.timeout}",
-                    )
-                )
             self._publish()
-        url = state.options.notify_url or approval.notify_url
-        if approval.on_timeout == "escalate" and url:
-            await self._notify(url, key[0])  # outside the lock: retries must not block decisions
+        if expiry.notify is not None:  # outside the lock: retries must not block decisions
+            await self._notify(expiry.notify, phase)
 
-    async def _notify(self, url: str, phase: int) -> None:
+    async def _notify(self, request: NotifyRequest, phase: int) -> None:
         state = self._state
         assert state is not None
-        info = workflow.info()
-        payload = {
-            "event": "approval_overdue",
-            "session_id": info.workflow_id,
-            "workflow_type": state.workflow_type,
-            "phase": phase,
-            "phase_name": state.current.name,
-            "approvers": state.allowed_approvers(),
-            "due_at": state.approval_due_at.isoformat() if state.approval_due_at else None,
-        }
+        error: str | None = None
         try:
             await workflow.execute_activity(
                 notify_webhook,
-                NotifyRequest(url=url, payload=payload),
+                request,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(minutes=1)),
             )
-            detail = f"notified {url}"
         except ActivityError as exc:
-            detail = f"notify {url} failed: {exc.cause or exc}"
-        state.audit.append(
-            AuditEntry(
-                at=workflow.now(), action="notify", actor=DEADLINE_ACTOR, phase=phase, detail=detail
-            )
-        )
+            error = str(exc.cause or exc)
+        state.record_notification(phase, request.url, workflow.now(), error)
 
     # ---- queries -------------------------------------------------------
 

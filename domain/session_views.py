@@ -1,0 +1,170 @@
+"""Read-side views of a :class:`~phasegate.domain.session.SessionState`.
+
+What the ``status``, ``phase`` and ``task`` queries and a checkpoint's answer
+show. Every function only reads the state; which phase is readable at all is
+decided by ``SessionState.readable`` (a future phase gets a
+:class:`SequenceViolation`, never its content).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from phasegate.domain.errors import SessionError
+from phasegate.domain.messages import (
+    GateField,
+    GateView,
+    PhaseContent,
+    PhaseDefinition,
+    PhaseView,
+    SequenceViolation,
+    SessionSummary,
+    SessionView,
+    TaskSummary,
+    TaskView,
+)
+
+if TYPE_CHECKING:
+    from phasegate.domain.session import SessionState
+
+__all__ = [
+    "content",
+    "phase_view",
+    "status_view",
+    "summary",
+    "task_summaries",
+    "task_view",
+    "violation",
+]
+
+
+def violation(state: SessionState, requested: int, what: str = "phase") -> SequenceViolation:
+    """The refusal any read of a not-yet-reached phase gets (no future content)."""
+    return SequenceViolation(
+        message=(
+            f"{what} {requested} is not available: the session is on phase "
+            f"{state.current.index} of {state.total_phases}. Complete the current phase "
+            "(submit_checkpoint) to unlock the next one."
+        ),
+        requested_phase=requested,
+        current_phase=state.current.index,
+        total_phases=state.total_phases,
+        completed_phases=[c.phase for c in state.completed],
+        current_content=state.current.content,
+    )
+
+
+def status_view(state: SessionState) -> SessionView:
+    """The answer to the ``status`` query."""
+    last = state.attempts[-1] if state.attempts else None
+    return SessionView(
+        workflow_type=state.workflow_type,
+        name=state.name,
+        target=state.target,
+        status=state.status,
+        current_phase=state.current.index,
+        current_phase_name=state.current.name,
+        total_phases=state.total_phases,
+        completed_phases=list(state.completed),
+        attempts=state.attempt_count,
+        last_problems=list(last.problems) if last and not last.passed else [],
+        approvals=list(state.approvals),
+        awaiting_approval_from=(
+            state.allowed_approvers() or ["any approver"] if state.awaiting_approval else []
+        ),
+        approval_due_at=state.approval_due_at if state.awaiting_approval else None,
+        audit=list(state.audit),
+        superseded=list(state.superseded),
+        attempt_log=state.attempt_log[-50:],
+        feedback=state.feedback,
+        artifacts={str(k): sorted(a.evidence) for k, a in sorted(state.artifacts.items())},
+        last_signal_error=state.last_signal_error,
+        started_at=state.started_at,
+        updated_at=state.updated_at,
+    )
+
+
+def phase_view(state: SessionState, index: int) -> PhaseView | SequenceViolation:
+    """The answer to the ``phase`` query: the current or a completed phase."""
+    phase = state.readable(index)
+    if phase is None:
+        return violation(state, index)
+    which: Literal["current", "completed"] = "completed" if index in state.past else "current"
+    # Artifacts of earlier phases (and, for a completed phase, its own).
+    earlier = {
+        str(k): a
+        for k, a in sorted(state.artifacts.items())
+        if k < index or (which == "completed" and k == index)
+    }
+    return PhaseView(
+        phase=phase.index,
+        label=phase.label,
+        name=phase.name,
+        state=which,
+        content=phase.content,
+        tasks=task_summaries(phase),
+        gate=_gate_view(phase, state.allowed_approvers() if which == "current" else []),
+        artifacts=earlier,
+        context=phase.context,
+    )
+
+
+def task_view(state: SessionState, index: int, task: str) -> TaskView | SequenceViolation:
+    """The answer to the ``task`` query.
+
+    Raises:
+        SessionError: the (readable) phase has no such task.
+    """
+    phase = state.readable(index)
+    if phase is None:
+        return violation(state, index, "task of phase")
+    for t in phase.tasks:
+        if task in (t.id, str(t.number)):
+            summary = TaskSummary(
+                id=t.id, number=t.number, name=t.name, status=t.status, optional=t.optional
+            )
+            return TaskView(phase=index, task=summary, content=t.content, context=t.context)
+    known = ", ".join(f"{t.number} ({t.id})" for t in phase.tasks) or "none"
+    raise SessionError(
+        f"phase {index} has no task {task!r}",
+        hint=f"tasks of this phase: {known}",
+    )
+
+
+def content(state: SessionState) -> PhaseContent:
+    """The current phase as a checkpoint's answer carries it."""
+    p = state.current
+    return PhaseContent(
+        phase=p.index, label=p.label, name=p.name, content=p.content, tasks=task_summaries(p)
+    )
+
+
+def summary(state: SessionState) -> SessionSummary:
+    """The result of a finished run."""
+    return SessionSummary(
+        workflow_type=state.workflow_type,
+        status=state.status,
+        completed_phases=[c.phase for c in state.completed],
+        total_phases=state.total_phases,
+        artifacts={str(k): a for k, a in sorted(state.artifacts.items())},
+    )
+
+
+def task_summaries(phase: PhaseDefinition) -> list[TaskSummary]:
+    return [
+        TaskSummary(id=t.id, number=t.number, name=t.name, status=t.status, optional=t.optional)
+        for t in phase.tasks
+    ]
+
+
+def _gate_view(phase: PhaseDefinition, approvers: list[str]) -> GateView:
+    gate = phase.gate
+    return GateView(
+        fields={
+            name: GateField(type=spec.type, required=spec.required, description=spec.description)
+            for name, spec in gate.fields.items()
+        },
+        requires_approval=phase.requires_approval or gate.approval.required,
+        approvers=approvers or list(phase.approvers or gate.approval.approvers),
+        strict=gate.strict,
+    )
