@@ -9,8 +9,6 @@ activity so advancing costs no extra server round trip.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
-import json
 import logging
 import os
 import re
@@ -19,22 +17,26 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from markdown_it import MarkdownIt
 from temporalio import activity
 
 from phasegate.activities.library import (
     WorkflowDir,
+    example_evidence,
     find_workflow,
+    first_heading,
     load_gate_file,
+    read_text,
+    served_tasks,
     static_phase_dir,
-    static_phase_tasks,
+    tree_stamp,
 )
 from phasegate.activities.rag import Retriever
 from phasegate.activities.snapshots import SnapshotStore, resolve_spec_path
-from phasegate.activities.templates import Renderer
-from phasegate.domain.errors import DefinitionError, PhasegateError
+from phasegate.activities.templates import LEGACY_PLACEHOLDERS, Renderer
+from phasegate.domain.errors import DefinitionError, PhasegateError, TemplateNotFound
 from phasegate.domain.gate_fallback import gate_from_checklist
 from phasegate.domain.gates import GateDefinition, GateRule
+from phasegate.domain.library import LibraryIssue, phase_overview
 from phasegate.domain.messages import (
     DefinitionRef,
     LoadSessionRequest,
@@ -48,7 +50,7 @@ from phasegate.domain.signing import ApproverKey
 from phasegate.domain.spec import ParsedSpec, SpecPhase
 from phasegate.temporal import application_error
 
-__all__ = ["DefinitionActivities"]
+__all__ = ["DefinitionActivities", "example_evidence", "render_static_phase"]
 
 
 class DefinitionActivities:
@@ -217,7 +219,7 @@ class DefinitionActivities:
         """Phase ``index`` rendered; served from a cache until a file of the workflow changes
         (the spec snapshot never changes: it is addressed by its hash)."""
         key = (ref.model_dump_json(), index)
-        stamp = _tree_stamp(wf.path)
+        stamp = tree_stamp(wf.path)
         with self._cache_lock:
             hit = self._rendered.get(key)
         if hit is not None and hit[0] == stamp:
@@ -246,44 +248,10 @@ class DefinitionActivities:
     def _static_phase(
         self, wf: WorkflowDir, session: dict[str, Any], index: int
     ) -> PhaseDefinition:
-        meta_phase = wf.metadata.static_phases[index]
-        pdir = static_phase_dir(wf.path, meta_phase)
-        label = str(meta_phase.phase_number)
-        phase_ctx = {
-            "number": index,
-            "label": label,
-            "name": meta_phase.phase_name,
-            "description": meta_phase.purpose,
-            "estimated_duration": meta_phase.estimated_effort,
-            "tasks": [t.model_dump() for t in meta_phase.tasks],
-            "validation_gate": list(getattr(meta_phase, "validation_criteria", None) or []),
-        }
-        ctx = _context(session, phase_ctx, index)
-        content = self.renderer.render(pdir / "phase.md", ctx)
-        tasks = []
-        for k, (t, path) in enumerate(static_phase_tasks(wf.path, meta_phase), start=1):
-            task_ctx = {**t.model_dump(), "id": str(t.task_number), "number": k}
-            body = self.renderer.render(path, _task_context(ctx, task_ctx))
-            tasks.append(
-                RenderedTask(
-                    id=str(t.task_number),
-                    number=k,
-                    name=t.name or _first_heading(body),
-                    content=body,
-                )
-            )
-        gate = load_gate_file(pdir / "gate-definition.yaml", fallback_markdown=content)
-        return PhaseDefinition(
-            example_evidence=example_evidence(content),
-            index=index,
-            label=label,
-            name=meta_phase.phase_name or f"Phase {label}",
-            content=content,
-            tasks=tasks,
-            gate=gate,
-            requires_approval=meta_phase.requires_approval,
-            approvers=list(meta_phase.approvers),
-        )
+        phase, issues = render_static_phase(self.renderer, wf, session, index)
+        for issue in issues:
+            logging.getLogger(__name__).debug("%s", issue)
+        return phase
 
     def _dynamic_phase(
         self,
@@ -331,6 +299,89 @@ class DefinitionActivities:
             tasks=rendered,
             gate=_dynamic_gate(base, sp, source=f"{spec.source}:{sp.line}"),
         )
+
+
+def render_static_phase(
+    renderer: Renderer, wf: WorkflowDir, session: dict[str, Any], index: int
+) -> tuple[PhaseDefinition, list[LibraryIssue]]:
+    """Static phase ``index`` as prAxIs serves it: tasks from its ``task-N-*.md`` files,
+    an overview when ``phase.md`` is absent, and files that are not Jinja2 templates
+    served verbatim. Also returns a warning for each of those substitutions.
+
+    Raises:
+        DefinitionError: the phase has neither ``phase.md`` nor task files, or its gate
+            file is invalid.
+    """
+    meta_phase = wf.metadata.static_phases[index]
+    pdir = static_phase_dir(wf.path, meta_phase)
+    phase_md = pdir / "phase.md"
+    served = served_tasks(wf.path, meta_phase)[0] if pdir.is_dir() else []
+    issues: list[LibraryIssue] = []  # disagreements with metadata.json: workflow_issues()
+    if not phase_md.is_file() and not served:
+        raise DefinitionError(
+            "the phase cannot be served: no phase.md and no task-N-*.md files",
+            where=str(phase_md),
+            hint="add phase.md or task files to the folder, or fix phase_number in metadata.json",
+        )
+    label = str(meta_phase.phase_number)
+    phase_ctx = {
+        "number": index,
+        "label": label,
+        "name": meta_phase.phase_name,
+        "description": meta_phase.purpose,
+        "estimated_duration": meta_phase.estimated_effort,
+        "tasks": [{**s.meta.model_dump(), "id": s.id} for s in served],
+        "validation_gate": list(getattr(meta_phase, "validation_criteria", None) or []),
+    }
+    ctx = _context(session, phase_ctx, index)
+    text = ""
+    if phase_md.is_file():
+        content = text = _render(renderer, phase_md, ctx, issues)
+    else:
+        content = phase_overview(label, meta_phase, served)
+    tasks = []
+    for k, s in enumerate(served, start=1):
+        task_ctx = {**s.meta.model_dump(), "id": s.id, "number": k}
+        body = _render(renderer, pdir / s.file, _task_context(ctx, task_ctx), issues)
+        name = s.meta.name or first_heading(body)
+        tasks.append(RenderedTask(id=s.id, number=k, name=name, content=body))
+    gate_file = pdir / "gate-definition.yaml"
+    gate = load_gate_file(gate_file, fallback_markdown=text)
+    if not gate_file.is_file() and text and not gate.fields:
+        issues.append(LibraryIssue("warning", str(phase_md), "no gate-definition.yaml and no "
+                                   "requirements found in phase.md", "any evidence passes, as "
+                                   "in prAxIs' permissive fallback"))  # fmt: skip
+    phase = PhaseDefinition(
+        example_evidence=example_evidence(content),
+        index=index,
+        label=label,
+        name=meta_phase.phase_name or f"Phase {label}",
+        content=content,
+        tasks=tasks,
+        gate=gate,
+        requires_approval=meta_phase.requires_approval,
+        approvers=list(meta_phase.approvers),
+    )
+    return phase, issues
+
+
+_LEGACY = re.compile(r"\[(" + "|".join(LEGACY_PLACEHOLDERS) + r")\]")
+
+
+def _render(renderer: Renderer, path: Path, ctx: dict[str, Any], issues: list[LibraryIssue]) -> str:
+    """Render ``path``; a prAxIs file that is not a valid Jinja2 template for phasegate
+    (``{{ task_name }}`` in an example, say) is served as written, legacy names filled."""
+    try:
+        return renderer.render(path, ctx)
+    except TemplateNotFound:
+        raise
+    except DefinitionError as exc:
+        legacy = ctx["legacy"]
+        text = _LEGACY.sub(lambda m: str(legacy.get(m.group(1), m.group(0))), read_text(path))
+        issues.append(LibraryIssue("warning", exc.where or str(path), exc.message,
+                                   "served verbatim with [PLACEHOLDER] names filled, "
+                                   "as prAxIs serves it"))  # fmt: skip
+        return text
 
 
 def _context(session: dict[str, Any], phase: dict[str, Any], index: int) -> dict[str, Any]:
@@ -399,30 +450,6 @@ def _dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDe
     )
 
 
-_EXAMPLE_HEADING = re.compile(r"\b(evidence|example)\b", re.IGNORECASE)
-_MD = MarkdownIt("commonmark").disable("inline")
-
-
-@functools.lru_cache(maxsize=1024)
-def example_evidence(markdown: str) -> str | None:
-    """The first fenced ``json`` block under an "Evidence" / "Example" heading, if any."""
-    under_example = in_heading = False
-    for token in _MD.parse(markdown):
-        if token.type == "heading_open":
-            in_heading = True
-        elif token.type == "heading_close":
-            in_heading = False
-        elif token.type == "inline" and in_heading:
-            under_example = bool(_EXAMPLE_HEADING.search(token.content))
-        elif token.type == "fence" and under_example and token.info.strip().lower() == "json":
-            try:
-                json.loads(token.content)
-            except json.JSONDecodeError:
-                continue
-            return token.content.strip()
-    return None
-
-
 def _git_head(target: str) -> str | None:
     """git HEAD of ``target`` when it is a directory inside a git work tree, else None."""
     if not target or not os.path.isdir(target):
@@ -438,21 +465,6 @@ def _git_head(target: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def _tree_stamp(root: Path) -> tuple[int, int]:
-    """(newest mtime, file count) of a workflow directory: changes when any file does."""
-    newest = count = 0
-    stack = [str(root)]
-    while stack:
-        with os.scandir(stack.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                else:
-                    count += 1
-                    newest = max(newest, entry.stat().st_mtime_ns)
-    return newest, count
 
 
 def _approver_keys(meta: Any, wf: WorkflowDir) -> list[ApproverKey]:
@@ -484,10 +496,3 @@ def _lead(markdown: str, limit: int = 400) -> str:
         ln.strip("#>*- ") for ln in markdown.splitlines() if ln.strip() and not ln.startswith("```")
     ]
     return " ".join(lines)[:limit]
-
-
-def _first_heading(text: str) -> str:
-    for line in text.splitlines():
-        if line.startswith("#"):
-            return line.lstrip("#").strip()
-    return ""

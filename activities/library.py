@@ -3,11 +3,19 @@
 Plain functions used by the session activities, the CLI (``library list``,
 ``library check``) and tests. Errors are ``domain.errors`` types that name the
 file (and field) and say what to do.
+
+Folders load as prAxIs serves them: a phase's tasks are its ``task-N-*.md``
+files (``metadata.json`` only describes them), a workflow without
+``metadata.json`` takes its phases from ``phases/N/`` folders, and
+:func:`workflow_issues` lists every disagreement with the file and what
+phasegate does about it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -16,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from markdown_it import MarkdownIt
 from pydantic import ValidationError
 
 from phasegate.domain.errors import (
@@ -26,22 +35,34 @@ from phasegate.domain.errors import (
 )
 from phasegate.domain.gate_fallback import gate_from_markdown
 from phasegate.domain.gates import GateDefinition, load_gate
-from phasegate.domain.library import PhaseMetadata, TaskMetadata, WorkflowMetadata
+from phasegate.domain.library import (
+    LibraryIssue,
+    PhaseMetadata,
+    ServedTask,
+    TaskMetadata,
+    WorkflowMetadata,
+    reconcile_tasks,
+)
 
 T = TypeVar("T")
 
 __all__ = [
     "WorkflowDir",
+    "example_evidence",
     "find_workflow",
+    "first_heading",
+    "is_workflow_dir",
     "list_workflows",
     "load_gate_file",
     "load_metadata",
     "read_text",
+    "served_tasks",
     "static_phase_dir",
     "static_phase_tasks",
+    "tree_stamp",
+    "workflow_issues",
 ]
 
-_TASK_FILE = re.compile(r"^task-(\d+)(?:-(.*))?\.md$")
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MEMO: dict[tuple[str, str, int, int], Any] = {}
 _MEMO_LOCK = threading.Lock()
@@ -77,13 +98,29 @@ def _candidates(library_paths: list[str]) -> list[Path]:
     return [Path(p) for p in library_paths if Path(p).is_dir()]
 
 
+def _phase_numbers(workflow_dir: Path) -> list[int]:
+    pdir = workflow_dir / "phases"
+    if not pdir.is_dir():
+        return []
+    return sorted(int(d.name) for d in pdir.iterdir() if d.is_dir() and d.name.isdigit())
+
+
+def is_workflow_dir(path: Path) -> bool:
+    """A folder with ``metadata.json``, or (prAxIs fallback) numbered ``phases/N/`` folders."""
+    return (path / "metadata.json").is_file() or bool(_phase_numbers(path))
+
+
+def _workflow_dirs(lib: Path) -> list[Path]:
+    return sorted(d for d in lib.iterdir() if d.is_dir() and is_workflow_dir(d))
+
+
 def list_workflows(library_paths: list[str]) -> list[WorkflowDir]:
     """Every loadable workflow in the given libraries (first one wins on a name clash)."""
     seen: dict[str, WorkflowDir] = {}
     for lib in _candidates(library_paths):
-        for meta_file in sorted(lib.glob("*/metadata.json")):
+        for wdir in _workflow_dirs(lib):
             try:
-                wf = WorkflowDir(meta_file.parent, load_metadata(meta_file.parent))
+                wf = WorkflowDir(wdir, load_metadata(wdir))
             except DefinitionError:
                 continue
             seen.setdefault(wf.metadata.workflow_type, wf)
@@ -91,7 +128,7 @@ def list_workflows(library_paths: list[str]) -> list[WorkflowDir]:
 
 
 def find_workflow(workflow_type: str, library_paths: list[str]) -> WorkflowDir:
-    """Locate ``workflow_type`` in the libraries.
+    """Locate ``workflow_type`` (its folder name, as in prAxIs) in the libraries.
 
     Raises:
         WorkflowNotFound: listing the workflow types that do exist.
@@ -103,7 +140,7 @@ def find_workflow(workflow_type: str, library_paths: list[str]) -> WorkflowDir:
             hint="use a directory name such as spec_execution_v1",
         )
     for lib in _candidates(library_paths):
-        if (lib / workflow_type / "metadata.json").is_file():
+        if is_workflow_dir(lib / workflow_type):
             return WorkflowDir(lib / workflow_type, load_metadata(lib / workflow_type))
     known = ", ".join(sorted(w.metadata.workflow_type for w in list_workflows(library_paths)))
     raise WorkflowNotFound(
@@ -126,12 +163,20 @@ def read_text(path: Path) -> str:
 
 
 def load_metadata(workflow_dir: Path) -> WorkflowMetadata:
-    """Parse ``metadata.json`` (a missing ``workflow_type`` defaults to the folder name)."""
+    """Parse ``metadata.json``. The folder name is the workflow type (as in prAxIs); a
+    folder without ``metadata.json`` gets one phase per ``phases/N/`` folder."""
     path = workflow_dir / "metadata.json"
+    if not path.is_file() and _phase_numbers(workflow_dir):
+        return _synthesized(workflow_dir)
     return _memo("metadata", path, lambda: _load_metadata(workflow_dir, path))
 
 
-def _load_metadata(workflow_dir: Path, path: Path) -> WorkflowMetadata:
+def _synthesized(workflow_dir: Path) -> WorkflowMetadata:
+    phases = [PhaseMetadata(phase_number=n) for n in _phase_numbers(workflow_dir)]
+    return WorkflowMetadata(workflow_type=workflow_dir.name, phases=phases)
+
+
+def _raw_metadata(path: Path) -> dict[str, Any]:
     text = read_text(path)
     try:
         data = json.loads(text)
@@ -141,7 +186,12 @@ def _load_metadata(workflow_dir: Path, path: Path) -> WorkflowMetadata:
         ) from None
     if not isinstance(data, dict):
         raise DefinitionError("metadata.json must hold a JSON object", where=str(path))
-    data.setdefault("workflow_type", workflow_dir.name)
+    return data
+
+
+def _load_metadata(workflow_dir: Path, path: Path) -> WorkflowMetadata:
+    data = _raw_metadata(path)
+    data["workflow_type"] = workflow_dir.name
     try:
         return WorkflowMetadata.model_validate(data)
     except ValidationError as exc:
@@ -176,25 +226,137 @@ def _load_gate_yaml(path: Path) -> GateDefinition:
     return load_gate(data, source=str(path))
 
 
-def static_phase_tasks(workflow_dir: Path, phase: PhaseMetadata) -> list[tuple[TaskMetadata, Path]]:
-    """The phase's task files: from metadata when listed there, else ``task-<k>-*.md``."""
+def served_tasks(
+    workflow_dir: Path, phase: PhaseMetadata
+) -> tuple[list[ServedTask], list[LibraryIssue]]:
+    """The phase's tasks as prAxIs serves them (its ``task-N-*.md`` files), with a warning
+    for each disagreement with ``metadata.json``."""
     pdir = static_phase_dir(workflow_dir, phase)
-    if phase.tasks:
-        out = []
-        for t in sorted(phase.tasks, key=lambda t: t.task_number):
-            file = t.file or _find_task_file(pdir, t.task_number)
-            out.append((t, pdir / file))
-        return out
-    found = []
-    for f in pdir.glob("task-*.md"):
-        m = _TASK_FILE.match(f.name)
-        if m:
-            name = (m.group(2) or "").replace("-", " ").strip().capitalize()
-            found.append((TaskMetadata(task_number=int(m.group(1)), name=name, file=f.name), f))
-    return sorted(found, key=lambda tf: tf[0].task_number)
+    files = [f.name for f in pdir.iterdir() if f.is_file()] if pdir.is_dir() else []
+    meta = load_metadata(workflow_dir)
+    k = next((i for i, p in enumerate(meta.phases) if p.phase_number == phase.phase_number), 0)
+    return reconcile_tasks(
+        phase.tasks,
+        files,
+        metadata_where=f"{workflow_dir / 'metadata.json'}: phases[{k}]",
+        folder_where=str(pdir),
+        label=f"phases/{phase.phase_number}",
+    )
 
 
-def _find_task_file(pdir: Path, k: int) -> str:
-    for f in sorted(pdir.glob(f"task-{k}-*.md")) + sorted(pdir.glob(f"task-{k}.md")):
-        return f.name
-    return f"task-{k}.md"
+def static_phase_tasks(workflow_dir: Path, phase: PhaseMetadata) -> list[tuple[TaskMetadata, Path]]:
+    """The served tasks' metadata and files (see :func:`served_tasks`)."""
+    pdir = static_phase_dir(workflow_dir, phase)
+    return [(s.meta, pdir / s.file) for s in served_tasks(workflow_dir, phase)[0]]
+
+
+def workflow_issues(workflow_dir: Path) -> list[LibraryIssue]:
+    """What phasegate serves differently from ``metadata.json``, and what it cannot serve.
+
+    Raises:
+        DefinitionError: ``metadata.json`` cannot be parsed at all.
+    """
+    meta_file = workflow_dir / "metadata.json"
+    issues: list[LibraryIssue] = []
+    if not meta_file.is_file():
+        numbers = ", ".join(map(str, _phase_numbers(workflow_dir)))
+        issues.append(_warn(meta_file, "absent",
+                            f"phases taken from the phases/N/ folders ({numbers}), "
+                            "as prAxIs falls back to generated metadata"))  # fmt: skip
+    else:
+        written = _raw_metadata(meta_file).get("workflow_type")
+        if written not in (None, workflow_dir.name):
+            issues.append(_warn(f"{meta_file}: workflow_type",
+                                f"{written!r} differs from the folder name",
+                                f"the workflow is started as {workflow_dir.name!r}, "
+                                "the folder name, as in prAxIs"))  # fmt: skip
+    meta = load_metadata(workflow_dir)
+    if not meta.static_phases and not meta.dynamic_phases:
+        issues.append(LibraryIssue("error", str(meta_file), "no phases defined",
+                                   "the workflow cannot be started; list its phases"))  # fmt: skip
+    listed = {p.phase_number for p in meta.static_phases}
+    for phase in meta.static_phases:
+        issues += _phase_issues(workflow_dir, phase)
+    for n in _phase_numbers(workflow_dir):
+        if n not in listed:
+            issues.append(_warn(workflow_dir / "phases" / str(n),
+                                "not listed in metadata.json phases",
+                                "not served (metadata.json decides the phases)"))  # fmt: skip
+    return issues
+
+
+def _phase_issues(workflow_dir: Path, phase: PhaseMetadata) -> list[LibraryIssue]:
+    pdir = static_phase_dir(workflow_dir, phase)
+    unservable = "the phase cannot be served; add phase.md or task-N-*.md files to its folder"
+    if not pdir.is_dir():
+        return [LibraryIssue("error", str(pdir), f"phase {phase.phase_number} "
+                             f"({phase.phase_name or 'unnamed'}) has no folder", unservable)]  # fmt: skip
+    served, issues = served_tasks(workflow_dir, phase)
+    has_md = (pdir / "phase.md").is_file()
+    if not has_md and not served:
+        return [LibraryIssue("error", str(pdir / "phase.md"),
+                             "absent, and the folder has no task-N-*.md files", unservable)]  # fmt: skip
+    if not has_md:
+        source = "metadata.json and " if (workflow_dir / "metadata.json").is_file() else ""
+        issues.append(_warn(pdir / "phase.md", "absent",
+                            f"the phase is served from an overview built from {source}"
+                            f"its {len(served)} task file(s)"))  # fmt: skip
+    gate = pdir / "gate-definition.yaml"
+    if not gate.is_file():
+        if has_md:
+            issues.append(_warn(gate, "absent", "requirements parsed from phase.md"))
+        else:
+            issues.append(_warn(gate, "absent, and there is no phase.md to parse requirements from",
+                                "the phase has no evidence requirements: any evidence passes, "
+                                "as in prAxIs' permissive fallback"))  # fmt: skip
+    return issues
+
+
+def _warn(where: Path | str, problem: str, action: str) -> LibraryIssue:
+    return LibraryIssue("warning", str(where), problem, action)
+
+
+def tree_stamp(root: Path) -> tuple[int, int]:
+    """(newest mtime, file count) of a workflow directory: changes when any file does."""
+    newest = count = 0
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    count += 1
+                    newest = max(newest, entry.stat().st_mtime_ns)
+    return newest, count
+
+
+def first_heading(text: str) -> str:
+    for line in text.splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+    return ""
+
+
+_EXAMPLE_HEADING = re.compile(r"\b(evidence|example)\b", re.IGNORECASE)
+_MD = MarkdownIt("commonmark").disable("inline")
+
+
+@functools.lru_cache(maxsize=1024)
+def example_evidence(markdown: str) -> str | None:
+    """The first fenced ``json`` block under an "Evidence" / "Example" heading, if any."""
+    under_example = in_heading = False
+    for token in _MD.parse(markdown):
+        if token.type == "heading_open":
+            in_heading = True
+        elif token.type == "heading_close":
+            in_heading = False
+        elif token.type == "inline" and in_heading:
+            under_example = bool(_EXAMPLE_HEADING.search(token.content))
+        elif token.type == "fence" and under_example and token.info.strip().lower() == "json":
+            try:
+                json.loads(token.content)
+            except json.JSONDecodeError:
+                continue
+            return token.content.strip()
+    return None

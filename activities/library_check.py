@@ -2,6 +2,12 @@
 
 Separate from ``activities.library`` (which ``activities.templates`` builds on)
 so that neither imports the other.
+
+Errors are what a session cannot serve (unparseable files, a phase with neither
+``phase.md`` nor task files, a dynamic workflow phasegate cannot build). Warnings
+are where phasegate serves a prAxIs folder differently from what its
+``metadata.json`` says: each names the file (and field), what disagrees, and what
+phasegate does instead.
 """
 
 from __future__ import annotations
@@ -10,17 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from phasegate.activities.definitions import render_static_phase
 from phasegate.activities.library import (
+    WorkflowDir,
+    is_workflow_dir,
     load_gate_file,
     load_metadata,
-    static_phase_dir,
-    static_phase_tasks,
+    workflow_issues,
 )
 from phasegate.activities.templates import Renderer
 from phasegate.domain.errors import DefinitionError
-from phasegate.domain.gates import GateDefinition
+from phasegate.domain.library import LibraryIssue, WorkflowMetadata
 
-__all__ = ["CheckReport", "check_library"]
+__all__ = ["CheckReport", "check_library", "check_workflow"]
+
+_SPEC_SOURCE = "spec_tasks_md"
 
 
 @dataclass
@@ -31,6 +41,10 @@ class CheckReport:
     warnings: list[str] = field(default_factory=list)
     workflows: list[str] = field(default_factory=list)
 
+    def add(self, issues: list[LibraryIssue]) -> None:
+        for issue in issues:
+            (self.errors if issue.severity == "error" else self.warnings).append(str(issue))
+
 
 def check_library(library_dir: str) -> CheckReport:
     """Load every workflow under ``library_dir`` the way a session would, collecting problems."""
@@ -39,50 +53,66 @@ def check_library(library_dir: str) -> CheckReport:
     if not root.is_dir():
         report.errors.append(f"{root}: not a directory")
         return report
-    metas = sorted(root.glob("*/metadata.json"))
-    if not metas:
+    wdirs = sorted(d for d in root.iterdir() if d.is_dir() and is_workflow_dir(d))
+    if not wdirs:
         report.errors.append(f"{root}: no <workflow_type>/metadata.json found")
     renderer = Renderer()
-    for meta_file in metas:
-        wdir = meta_file.parent
-        try:
-            meta = load_metadata(wdir)
-        except DefinitionError as exc:
-            report.errors.append(str(exc))
-            continue
-        report.workflows.append(meta.workflow_type)
-        if not meta.static_phases and not meta.dynamic_phases:
-            report.errors.append(f"{meta_file}: no phases defined")
-        for phase in meta.static_phases:
-            pdir = static_phase_dir(wdir, phase)
-            _collect(report, lambda pdir=pdir: renderer.check(pdir / "phase.md"))
-            for _, task_file in static_phase_tasks(wdir, phase):
-                _collect(report, lambda f=task_file: renderer.check(f))
-            gate_file = pdir / "gate-definition.yaml"
-            if not gate_file.is_file():
-                report.warnings.append(f"{gate_file}: absent; requirements parsed from phase.md")
-            _collect(report, lambda pdir=pdir: _gate_with_text(pdir))
-        if meta.dynamic_phases:
-            cfg = meta.dynamic_config
-            if cfg is None:
-                report.errors.append(f"{meta_file}: dynamic_phases without dynamic_config")
-                continue
-            for key in ("phase", "task"):
-                tpl = cfg.templates.get(key)
-                if not tpl:
-                    report.errors.append(f"{meta_file}: dynamic_config.templates.{key} missing")
-                    continue
-                _collect(report, lambda t=tpl, wdir=wdir: renderer.check(wdir / t))
-            base = wdir / "phases" / "dynamic" / "gate-definition.yaml"
-            if base.is_file():
-                _collect(report, lambda base=base: load_gate_file(base))
+    for wdir in wdirs:
+        check_workflow(wdir, report, renderer)
     return report
 
 
-def _gate_with_text(pdir: Path) -> GateDefinition:
-    phase_md = pdir / "phase.md"
-    text = phase_md.read_text(encoding="utf-8") if phase_md.is_file() else ""
-    return load_gate_file(pdir / "gate-definition.yaml", fallback_markdown=text)
+def check_workflow(wdir: Path, report: CheckReport, renderer: Renderer | None = None) -> None:
+    """Add the problems of one workflow folder to ``report``."""
+    renderer = renderer or Renderer()
+    try:
+        report.add(workflow_issues(wdir))
+        meta = load_metadata(wdir)
+    except DefinitionError as exc:
+        report.errors.append(str(exc))
+        return
+    report.workflows.append(meta.workflow_type)
+    wf = WorkflowDir(wdir, meta)
+    total = len(meta.static_phases) + (1 if meta.dynamic_phases else 0)
+    session = {"workflow_type": meta.workflow_type, "target": "", "total_phases": total}
+    for index, phase in enumerate(meta.static_phases):
+        pdir = wdir / "phases" / str(phase.phase_number)
+        if not _servable(pdir):
+            continue  # already an error from workflow_issues
+        try:
+            report.add(render_static_phase(renderer, wf, session, index)[1])
+        except DefinitionError as exc:
+            report.errors.append(str(exc))
+    if meta.dynamic_phases:
+        _check_dynamic(wdir, meta, report, renderer)
+
+
+def _servable(pdir: Path) -> bool:
+    return pdir.is_dir() and ((pdir / "phase.md").is_file() or any(pdir.glob("task-[0-9]*.md")))
+
+
+def _check_dynamic(
+    wdir: Path, meta: WorkflowMetadata, report: CheckReport, renderer: Renderer
+) -> None:
+    meta_file = wdir / "metadata.json"
+    cfg = meta.dynamic_config
+    if cfg is None:
+        report.errors.append(f"{meta_file}: dynamic_phases without dynamic_config")
+        return
+    if cfg.source_type != _SPEC_SOURCE:
+        report.errors.append(
+            f"{meta_file}: dynamic_config.source_type {cfg.source_type!r} is not supported; "
+            f"phasegate builds dynamic phases from a spec's tasks.md ({_SPEC_SOURCE!r})"
+        )
+    for key in ("phase", "task"):
+        tpl = cfg.templates.get(key)
+        if not tpl:
+            report.errors.append(f"{meta_file}: dynamic_config.templates.{key} missing")
+            continue
+        _collect(report, lambda t=tpl: renderer.check(wdir / t))
+    base = wdir / "phases" / "dynamic" / "gate-definition.yaml"
+    if base.is_file():
+        _collect(report, lambda: load_gate_file(base))
 
 
 def _collect(report: CheckReport, fn: Callable[[], object]) -> None:

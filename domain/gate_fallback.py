@@ -10,7 +10,11 @@ scanning (markdown-it-py stays out of ``domain``):
   "Evidence"): checklist items, evidence tables (``| `name` | integer | ... |``)
   and backticked/bold snake_case names;
 * a checklist item without a field name becomes a boolean field named after its
-  text (``- [ ] All unit tests pass`` -> ``all_unit_tests_pass``) that must be true.
+  text (``- [ ] All unit tests pass`` -> ``all_unit_tests_pass``) that must be true;
+* a table's validator column is honoured when its meaning is exact: ``is_true``,
+  ``is_false``, ``greater_than_0``, ``non_empty`` and prAxIs' parametric names
+  (``greater_than_or_equal_5``, ``less_than_or_equal_2_0``, ``percent_gte_95``,
+  ``equals_high``); other names (``file_exists``) are ignored.
 
 Fenced code blocks are skipped. Types are inferred from names unless a table
 states one. Every field is required; booleans get ``lambda x: x == True``.
@@ -36,7 +40,17 @@ _KNOWN_VALIDATORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "non_negative": ("lambda x: x >= 0", ("integer", "number")),
     "non_empty": ("lambda x: len(x) > 0", ("string", "list", "dict")),
     "not_empty": ("lambda x: len(x) > 0", ("string", "list", "dict")),
-}
+    "is_false": ("lambda x: x == False", ("boolean",)),
+}  # file_exists / directory_exists are not guessed at: a gate cannot look at the disk
+# Parametric names from prAxIs workflow definitions: greater_than_or_equal_5,
+# less_than_or_equal_2_0 (2.0), percent_gte_95, equals_high ("high").
+_PARAM_VALIDATOR = re.compile(
+    r"^(greater_than_or_equal|less_than_or_equal|greater_than|less_than|percent_gte|equals)"
+    r"_([a-z0-9]+(?:_[a-z0-9]+)*)$"
+)
+_PARAM_OPS = {"greater_than_or_equal": ">=", "less_than_or_equal": "<=", "greater_than": ">",
+              "less_than": "<", "percent_gte": ">=", "equals": "=="}  # fmt: skip
+_NUMBER = re.compile(r"^\d+(?:_\d+)?$")
 _TYPE_WORDS: dict[str, FieldType] = {
     "boolean": "boolean", "bool": "boolean", "integer": "integer", "int": "integer",
     "number": "number", "float": "number", "string": "string", "str": "string",
@@ -94,7 +108,7 @@ class _Found:
             # Parsed requirements are a best guess, so a person may override them.
             allow_override=True,
             fields=self.fields,
-            validators={name: _KNOWN_VALIDATORS[name][0] for name in sorted(used)},
+            validators={name: _validator(name)[0] for name in sorted(used)},
             approval=ApprovalSpec(required=bool(self.approval)),
             source=source,
         )
@@ -261,12 +275,25 @@ def _table_row(found: _Found, line: str) -> None:
         return
     words = [_plain(c).lower() for c in cells[1:]]
     ftype = next((_TYPE_WORDS[w] for w in words if w in _TYPE_WORDS), None)
-    validator = next((w for w in words if w in _KNOWN_VALIDATORS), None)
     description = _plain(cells[-1]) if len(cells) > 1 else ""
     ftype = ftype or _infer_type(names[0])
-    if validator and ftype not in _KNOWN_VALIDATORS[validator][1]:
-        validator = None
+    validator = next((w for w in words if ftype in _validator(w)[1]), None)
     found.add(names[0], description, ftype, validator)
+
+
+def _validator(name: str) -> tuple[str, tuple[str, ...]]:
+    """The expression for a validator name and the field types it fits (none if unknown)."""
+    if name in _KNOWN_VALIDATORS:
+        return _KNOWN_VALIDATORS[name]
+    m = _PARAM_VALIDATOR.match(name)
+    if not m:
+        return "", ()
+    op, arg = _PARAM_OPS[m.group(1)], m.group(2)
+    if _NUMBER.match(arg):
+        return f"lambda x: x {op} {arg.replace('_', '.')}", ("integer", "number")
+    if op == "==":
+        return f"lambda x: x == {arg!r}", ("string",)
+    return "", ()
 
 
 def _names_in(text: str, *, snake_only: bool) -> list[str]:

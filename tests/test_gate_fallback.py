@@ -335,3 +335,43 @@ def test_colliding_slugs_get_suffixes_and_repeats_merge() -> None:
         "every_public_function_has_a_docstrin_2",
         "done",
     ]
+
+
+# The validator column of prAxIs OS standards_creation_v1 / workflow_creation_v1 tables.
+PARAMETRIC_TABLE = """## Validation Gate
+
+| Evidence | Type | Validator | Description |
+|----------|------|-----------|-------------|
+| `keyword_density_tldr` | string | equals_high | TL;DR keyword density |
+| `query_hooks_count` | integer | greater_than_or_equal_5 | Number of query hooks |
+| `average_relevance` | float | greater_than_or_equal_0_85 | Average relevance score |
+| `average_rank` | float | less_than_or_equal_2_0 | Average rank |
+| `compliance_percent` | integer | percent_gte_95 | Compliant task files |
+| `generic_content_detected` | boolean | is_false | No generic placeholder content |
+| `workflow_directory_path` | string | directory_exists | Created directory |
+"""
+
+
+def test_parametric_and_negative_validators_from_tables() -> None:
+    gate = gate_from_markdown(PARAMETRIC_TABLE, source=SOURCE)
+    assert {n: f.validator for n, f in gate.fields.items()} == {
+        "keyword_density_tldr": "equals_high",
+        "query_hooks_count": "greater_than_or_equal_5",
+        "average_relevance": "greater_than_or_equal_0_85",
+        "average_rank": "less_than_or_equal_2_0",
+        "compliance_percent": "percent_gte_95",
+        "generic_content_detected": "is_false",  # not turned into "must be true"
+        "workflow_directory_path": None,
+    }
+    assert gate.validators["greater_than_or_equal_0_85"] == "lambda x: x >= 0.85"
+    assert gate.validators["equals_high"] == "lambda x: x == 'high'"
+    good = {
+        "keyword_density_tldr": "high", "query_hooks_count": 5, "average_relevance": 0.9,
+        "average_rank": 1.5, "compliance_percent": 96, "generic_content_detected": False,
+        "workflow_directory_path": "w/",
+    }  # fmt: skip
+    assert evaluate_gate(gate, good).passed
+    bad = {**good, "query_hooks_count": 4, "generic_content_detected": True}
+    assert [p.field for p in evaluate_gate(gate, bad).problems] == [
+        "query_hooks_count", "generic_content_detected",
+    ]  # fmt: skip
