@@ -46,7 +46,7 @@ EXPECTED_WARNINGS = {
     "spec_creation_v1": 26,
     "spec_execution_v1": 2,
     "standards_creation_v1": 10,
-    "workflow_creation_v1": 35,
+    "workflow_creation_v1": 33,
 }
 
 
