@@ -152,11 +152,19 @@ def render_phase(view: PhaseView) -> str:
     gate = view.gate
     if gate.fields:
         lines.append("Gate evidence:")
+        from phasegate.domain.evidence_schema import describe_limits
+
         rows = [
-            (name, f.type, "yes" if f.required else "no", f.description)
+            (name, f.type, "yes" if f.required else "no", describe_limits(f.json_schema) or "-",
+             f.description)
             for name, f in gate.fields.items()
-        ]
-        lines.append(table(("FIELD", "TYPE", "REQUIRED", "DESCRIPTION"), rows, indent="  "))
+        ]  # fmt: skip
+        lines.append(
+            table(("FIELD", "TYPE", "REQUIRED", "LIMITS", "DESCRIPTION"), rows, indent="  ")
+        )
+        lines.append(
+            "  (JSON Schema of the evidence: `phasegate phase SESSION --json`, gate.json_schema)"
+        )
         if not gate.strict:
             lines.append("  (not strict: validator failures are warnings)")
     else:
@@ -247,7 +255,9 @@ def render_spec(spec: ParsedSpec) -> str:
     lines = [head]
     for ph in spec.phases:
         est = f" [{ph.estimated_duration}]" if ph.estimated_duration else ""
-        lines.append(f"Phase {ph.number}: {ph.name}  (line {ph.line}){est}")
+        written = ph.written_number
+        as_written = f" (written as {written})" if written and written != str(ph.number) else ""
+        lines.append(f"Phase {ph.number}{as_written}: {ph.name}  (line {ph.line}){est}")
         for t in ph.tasks:
             marks = "".join(
                 [

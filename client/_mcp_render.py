@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from phasegate.domain.evidence_schema import describe_limits
+from phasegate.domain.messages import PhaseView
+
 if TYPE_CHECKING:
     from phasegate.domain.gates import Problem
     from phasegate.domain.messages import (
         CheckpointResult,
         PhaseContent,
-        PhaseView,
         SessionView,
         TaskSummary,
         TaskView,
@@ -86,10 +88,18 @@ def render_phase(view: PhaseView, total: int | None = None) -> str:
     gate = view.gate
     lines += ["", "### Gate: evidence for submit_checkpoint"]
     if gate.fields:
-        lines += ["| field | type | required | description |", "|---|---|---|---|"]
+        lines += [
+            "| field | type | required | limits | description |",
+            "|---|---|---|---|---|",
+        ]
         for name, f in gate.fields.items():
             req = "yes" if f.required else "no"
-            lines.append(f"| `{name}` | {f.type} | {req} | {_cell(f.description)} |")
+            limits = _cell(describe_limits(f.json_schema)) or "-"
+            lines.append(f"| `{name}` | {f.type} | {req} | {limits} | {_cell(f.description)} |")
+        lines.append(
+            "The evidence's JSON Schema is gate.json_schema in this result's structured "
+            "content: build evidence that validates against it and submit once."
+        )
         if not gate.strict:
             lines.append("(not strict: validator failures are warnings)")
     else:
@@ -139,7 +149,10 @@ def render_task(view: TaskView) -> str:
     return f"{head}\n\n{view.content.rstrip()}"
 
 
-def _next_phase(p: PhaseContent) -> list[str]:
+def _next_phase(p: PhaseContent | PhaseView) -> list[str]:
+    if isinstance(p, PhaseView):  # the advance carries the whole next view: no extra call
+        body = render_phase(p).split("\n")[1:]
+        return ["", f"## Now on {_heading(p.phase, p.label, p.name)}", *body]
     return [
         "",
         f"## Now on {_heading(p.phase, p.label, p.name)}",

@@ -297,7 +297,10 @@ class PhasegateTools:
         phase: PhaseNumber,
         evidence: Annotated[
             dict[str, Any],
-            Field(description='Object with the gate\'s fields, e.g. {"tests_run": 12}.'),
+            Field(
+                description="Evidence object that validates against gate.json_schema of "
+                'get_current_phase (types, limits, pattern, enum), e.g. {"tests_run": 12}.'
+            ),
         ],
         submission_id: Annotated[
             str | None,

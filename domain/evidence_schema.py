@@ -14,7 +14,7 @@ from typing import Any
 
 from phasegate.domain.gates import FieldSpec, GateDefinition
 
-__all__ = ["field_json_schema", "gate_json_schema"]
+__all__ = ["describe_limits", "field_json_schema", "gate_json_schema"]
 
 _JSON_TYPES = {
     "boolean": "boolean",
@@ -83,6 +83,27 @@ def gate_json_schema(gate: GateDefinition) -> dict[str, Any]:
     if not gate.strict:
         schema["x-phasegate-strict"] = False  # validator and rule failures only warn
     return schema
+
+
+def describe_limits(schema: dict[str, Any]) -> str:
+    """A field's JSON Schema limits in a few words: ``>= 1``, ``length 3..``, ``one of a, b``."""
+    parts = []
+    if "minimum" in schema:
+        parts.append(f">= {schema['minimum']}")
+    if "maximum" in schema:
+        parts.append(f"<= {schema['maximum']}")
+    for low, high, word in (("minLength", "maxLength", "length"), ("minItems", "maxItems", "items"),
+                            ("minProperties", "maxProperties", "keys")):  # fmt: skip
+        if low in schema or high in schema:
+            parts.append(f"{word} {schema.get(low, 0)}..{schema.get(high, '')}")
+    if "pattern" in schema:
+        parts.append(f"matches {schema['pattern']}")
+    if isinstance(schema.get("enum"), list):
+        parts.append("one of " + ", ".join(map(str, schema["enum"])))
+    validator = schema.get("x-phasegate-validator")
+    if isinstance(validator, dict) and validator.get("expr"):
+        parts.append(str(validator["expr"]))
+    return "; ".join(parts)
 
 
 def _number(value: float, kind: str) -> int | float:

@@ -213,7 +213,12 @@ class CheckpointResult(BaseModel):
     problems: list[Problem] = Field(default_factory=list)
     warnings: list[Problem] = Field(default_factory=list)
     current_phase: int
-    next_phase: PhaseContent | None = None
+    next_phase: PhaseView | None = Field(
+        None,
+        description="After an advance: the new current phase's whole view (content, tasks, "
+        "gate with its JSON Schema, context), so the agent needs no query before working on "
+        "it. Earlier phases' artifacts are left out (query `phase` for them).",
+    )
     awaiting_approval: bool = False
     completed: bool = False
     attempt: int = 0
@@ -411,10 +416,11 @@ class PhaseView(BaseModel):
     phase: int
     label: str
     name: str
-    state: Literal["current", "completed"]
+    # Defaults let results recorded before the view was carried whole still load.
+    state: Literal["current", "completed"] = "current"
     content: str
     tasks: list[TaskSummary] = Field(default_factory=list)
-    gate: GateView
+    gate: GateView = Field(default_factory=GateView)
     artifacts: dict[str, PhaseArtifact] = Field(default_factory=dict)
     context: list[dict[str, Any]] = Field(default_factory=list)
     example_evidence: dict[str, Any] | None = Field(
@@ -452,3 +458,4 @@ class SessionSummary(BaseModel):
 
 
 PhaseContent.model_rebuild()
+CheckpointResult.model_rebuild()

@@ -366,7 +366,7 @@ class SessionState(BaseModel):
                 update={
                     "completed": completed,
                     "current_phase": self.current.index,
-                    "next_phase": None if completed else self.content(),
+                    "next_phase": None if completed else self.next_view(),
                 }
             )
         self.remember(sub.submission_id, result)
@@ -471,18 +471,26 @@ class SessionState(BaseModel):
         del self.attempt_log[:-MAX_ATTEMPT_LOG]
         self.attempts = []
 
+    def next_view(self) -> PhaseView | None:
+        """The current phase's view as an advance's answer carries it: whole (gate schema
+        included) but without earlier phases' artifacts, which the agent just sent."""
+        view = self.phase_view(self.current.index)
+        if not isinstance(view, PhaseView):
+            return None
+        return view.model_copy(update={"artifacts": {}})
+
     def repeat(self, submission_id: str) -> CheckpointResult:
-        """The answer to a repeated submission: the original, with the next phase's content
-        filled in only while that phase is still readable (never a future one)."""
+        """The answer to a repeated submission: the original; after an advance, with the
+        view of the phase it advanced to, only while that phase is still readable (never a
+        future one: a rollback may have undone it)."""
         result = self.processed[submission_id]
-        if result.next_phase is None:
+        if not result.passed or result.awaiting_approval or result.completed:
             return result
-        phase = self.readable(result.next_phase.phase)
-        if phase is None:
-            return result.model_copy(update={"next_phase": None})
-        return result.model_copy(
-            update={"next_phase": result.next_phase.model_copy(update={"content": phase.content})}
+        view = self.phase_view(result.current_phase)
+        next_view = (
+            view.model_copy(update={"artifacts": {}}) if isinstance(view, PhaseView) else None
         )
+        return result.model_copy(update={"next_phase": next_view})
 
     def carry(self) -> dict[str, Any]:
         """The state as continue-as-new input, compacted until it fits the payload limit."""
@@ -505,13 +513,11 @@ class SessionState(BaseModel):
 
     def remember(self, submission_id: str | None, result: CheckpointResult) -> None:
         """Keep a result for idempotent repeats (bounded, oldest dropped first); the next
-        phase's content is not stored twice — :meth:`repeat` fills it back in."""
+        phase's view is not stored — :meth:`repeat` builds it again from state."""
         if not submission_id:
             return
         if result.next_phase is not None:
-            result = result.model_copy(
-                update={"next_phase": result.next_phase.model_copy(update={"content": ""})}
-            )
+            result = result.model_copy(update={"next_phase": None})
         self.processed[submission_id] = result
         while len(self.processed) > MAX_REMEMBERED_SUBMISSIONS:
             del self.processed[next(iter(self.processed))]

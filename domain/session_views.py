@@ -8,9 +8,11 @@ decided by ``SessionState.readable`` (a future phase gets a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+import json
+from typing import TYPE_CHECKING, Any, Literal
 
 from phasegate.domain.errors import SessionError
+from phasegate.domain.evidence_schema import field_json_schema, gate_json_schema
 from phasegate.domain.messages import (
     GateField,
     GateView,
@@ -106,6 +108,7 @@ def phase_view(state: SessionState, index: int) -> PhaseView | SequenceViolation
         gate=_gate_view(phase, state.allowed_approvers() if which == "current" else []),
         artifacts=earlier,
         context=phase.context,
+        example_evidence=_example(phase),
     )
 
 
@@ -161,10 +164,27 @@ def _gate_view(phase: PhaseDefinition, approvers: list[str]) -> GateView:
     gate = phase.gate
     return GateView(
         fields={
-            name: GateField(type=spec.type, required=spec.required, description=spec.description)
+            name: GateField(
+                type=spec.type,
+                required=spec.required,
+                description=spec.description,
+                json_schema=field_json_schema(spec, gate.validators),
+            )
             for name, spec in gate.fields.items()
         },
         requires_approval=phase.requires_approval or gate.approval.required,
         approvers=approvers or list(phase.approvers or gate.approval.approvers),
         strict=gate.strict,
+        json_schema=gate_json_schema(gate),
     )
+
+
+def _example(phase: PhaseDefinition) -> dict[str, Any] | None:
+    """The phase's documented evidence example as an object (None when it has none)."""
+    if not phase.example_evidence:
+        return None
+    try:
+        data = json.loads(phase.example_evidence)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

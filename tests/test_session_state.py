@@ -57,8 +57,10 @@ def test_passing_evidence_advances_and_answers_with_the_next_phase() -> None:
     assert state.artifacts[0].evidence == GOOD[0] and state.pending is None
     assert state.updated_at == NOW + timedelta(minutes=1)
     assert [a.phase for a in state.attempt_log] == [0]
-    # Remembered without the next phase's content; a repeat fills it back in.
-    assert state.processed["s1"].next_phase and state.processed["s1"].next_phase.content == ""
+    # The advance's answer carries the next phase's whole view, gate schema included.
+    assert result.next_phase.gate.json_schema["required"] == list(result.next_phase.gate.fields)
+    # Remembered without the next phase's view; a repeat builds it again from state.
+    assert state.processed["s1"].next_phase is None
     assert state.repeat("s1") == result
 
 
