@@ -1,20 +1,14 @@
-"""Gate definitions: what evidence a phase needs, and checking evidence against it.
+"""Gate definitions: what evidence a phase needs.
 
 ``load_gate`` turns a parsed prAxIs OS ``gate-definition.yaml`` into a
 :class:`GateDefinition`, rejecting mistakes at load time with the YAML path of
-the offending key. ``evaluate_gate`` checks submitted evidence and never raises.
-
-Evaluation order (deterministic): schema fields in file order (required, type,
-enum, min, max, min_length, max_length, pattern, validator), then rules in file
-order. A missing (or null) required field and a wrong type always block; the
-other checks block when ``strict`` and are warnings otherwise. ``pattern`` uses
-:func:`re.search` (anchor it with ``^...$`` for a full match).
+the offending key. Checking evidence against a gate is
+:func:`phasegate.domain.gate_eval.evaluate_gate` (never raises).
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from typing import Any, Literal
 
@@ -26,6 +20,8 @@ from phasegate.domain.regex import check_regex
 from phasegate.domain.verify import VerifyChecks, VerifySection, parse_checks
 
 __all__ = [
+    "NUMERIC_TYPES",
+    "SIZED_TYPES",
     "ApprovalSpec",
     "FieldSpec",
     "FieldType",
@@ -33,21 +29,21 @@ __all__ = [
     "GateEvaluation",
     "GateRule",
     "Problem",
-    "evaluate_gate",
+    "clip_text",
+    "compiled_expression",
+    "kind_of",
     "load_gate",
+    "number_text",
+    "short_text",
 ]
 
 FieldType = Literal["boolean", "integer", "number", "string", "list", "dict"]
 
 _TYPE_ALIASES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string",
                  "array": "list", "object": "dict"}  # fmt: skip
-_TYPE_WORDS = {"boolean": "boolean (true/false)", "integer": "whole number",
-               "number": "finite number", "string": "string", "list": "list",
-               "dict": "mapping (object)"}  # fmt: skip
-_NUMERIC = ("integer", "number")
-_SIZED = ("string", "list", "dict")
+NUMERIC_TYPES = ("integer", "number")
+SIZED_TYPES = ("string", "list", "dict")
 _RULE_SECTIONS = ("rules", "cross_field", "cross_field_rules")
-_GOT_LIMIT = 80
 
 
 class FieldSpec(BaseModel):
@@ -94,14 +90,16 @@ class FieldSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> FieldSpec:
-        for key, kinds in (("min", _NUMERIC), ("max", _NUMERIC), ("min_length", _SIZED),
-                           ("max_length", _SIZED), ("pattern", ("string",))):  # fmt: skip
+        for key, kinds in (("min", NUMERIC_TYPES), ("max", NUMERIC_TYPES), ("min_length", SIZED_TYPES),
+                           ("max_length", SIZED_TYPES), ("pattern", ("string",))):  # fmt: skip
             if getattr(self, key) is not None and self.type not in kinds:
                 raise ValueError(f"{key} does not apply to a {self.type} field")
         for low, high in (("min", "max"), ("min_length", "max_length")):
             lo, hi = getattr(self, low), getattr(self, high)
             if lo is not None and hi is not None and lo > hi:
-                raise ValueError(f"{low} ({_num(lo)}) is greater than {high} ({_num(hi)})")
+                raise ValueError(
+                    f"{low} ({number_text(lo)}) is greater than {high} ({number_text(hi)})"
+                )
         if self.validator_params and not self.validator:
             raise ValueError("validator_params given without a validator")
         return self
@@ -241,7 +239,7 @@ def load_gate(data: Any, *, source: str) -> GateDefinition:
         return GateDefinition(source=source)
     if not isinstance(data, dict):
         hint = "a gate file has checkpoint:, evidence_schema: and validators: keys"
-        raise _error(source, "", f"expected a mapping, got {_kind(data)}", hint)
+        raise _error(source, "", f"expected a mapping, got {kind_of(data)}", hint)
     checkpoint = _mapping(data.get("checkpoint"), source, "checkpoint")
     validators: dict[str, str] = {}
     for name, text in _mapping(data.get("validators"), source, "validators").items():
@@ -277,7 +275,7 @@ def _mapping(value: Any, source: str, path: str) -> dict[Any, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _error(source, path, f"expected a mapping, got {_kind(value)} {_short(value)}")
+        raise _error(source, path, f"expected a mapping, got {kind_of(value)} {short_text(value)}")
     return value
 
 
@@ -304,15 +302,15 @@ def _validated(model: type[Any], raw: Any, source: str, path: str) -> Any:
         elif not key:
             hint = "fix one of the values, or remove it"
         else:
-            message += f" (got {_short(err['input'])})"
+            message += f" (got {short_text(err['input'])})"
         raise _error(source, where, message, hint) from None
 
 
 def _compile(text: Any, source: str, path: str) -> CompiledExpression:
     if not isinstance(text, str):
-        raise _error(source, path, f"expected an expression in quotes, got {_kind(text)}")
+        raise _error(source, path, f"expected an expression in quotes, got {kind_of(text)}")
     try:
-        return _compiled(text.strip(), where=f"{source}: {path}")
+        return compiled_expression(text.strip(), where=f"{source}: {path}")
     except ExpressionError as exc:
         raise GateDefinitionError(exc.message, where=exc.where, hint=exc.hint) from None
 
@@ -340,7 +338,7 @@ def _load_field(name: str, raw: Any, validators: dict[str, str], source: str) ->
         hint = f"add it under validators: (defined: {', '.join(sorted(validators)) or 'none'})"
         raise _error(source, f"{base}.validator", f"validator {ref!r} is not defined", hint)
     if spec.validator:
-        wanted = _compiled(validators[spec.validator]).params[1:]
+        wanted = compiled_expression(validators[spec.validator]).params[1:]
         missing = [p for p in wanted if p not in spec.validator_params and p != "params"]
         if missing:
             needs = ", ".join(missing)
@@ -356,7 +354,7 @@ def _load_rules(
         return []
     if not isinstance(raw, list):
         hint = "each rule is {name, expr, message, when}"
-        raise _error(source, section, f"expected a list of rules, got {_kind(raw)}", hint)
+        raise _error(source, section, f"expected a list of rules, got {kind_of(raw)}", hint)
     rules = []
     for i, item in enumerate(raw):
         path = f"{section}[{i}]"
@@ -381,10 +379,16 @@ def _load_rules(
 
 # --------------------------------------------------------------------------- evaluation
 
+_GOT_LIMIT = 80
 _CACHE: dict[str, CompiledExpression] = {}
 
 
-def _compiled(text: str, *, where: str | None = None) -> CompiledExpression:
+def number_text(value: float) -> str:
+    """``3.0`` -> ``"3"``, ``2.5`` -> ``"2.5"`` (for messages)."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def compiled_expression(text: str, *, where: str | None = None) -> CompiledExpression:
     """Compile with a small cache; results do not depend on whether it hit."""
     hit = _CACHE.get(text)
     if hit is None:
@@ -395,162 +399,19 @@ def _compiled(text: str, *, where: str | None = None) -> CompiledExpression:
     return hit
 
 
-def evaluate_gate(gate: GateDefinition, evidence: dict[str, Any]) -> GateEvaluation:
-    """Check evidence against a gate. Pure, deterministic, never raises.
-
-    Args:
-        gate: The gate to check.
-        evidence: Field name to submitted value (JSON-like). Extra fields are fine.
-
-    Returns:
-        ``passed`` is true when there are no problems. ``problems`` block;
-        ``warnings`` (check failures of a ``strict: false`` gate) do not.
-    """
-    if not isinstance(evidence, dict):
-        message = "Evidence must be an object mapping field names to values."
-        problem = _problem("", "type", "an object of field: value", _got(evidence), message)
-        return GateEvaluation(passed=False, problems=[problem])
-    problems: list[Problem] = []
-    warnings: list[Problem] = []
-    soft = problems if gate.strict else warnings
-    unusable: set[str] = set()
-    for name, spec in gate.fields.items():
-        try:
-            hard, checks = _check_field(gate, name, spec, evidence)
-        except Exception as exc:  # noqa: BLE001 - a gate must answer, never crash a workflow
-            hard, checks = [_crashed(name, "internal", "", exc, f"Field '{name}'")], []
-        problems += hard
-        soft += checks
-        if hard or evidence.get(name) is None:
-            unusable.add(name)
-    for rule in gate.rules:
-        try:
-            failure = _check_rule(rule, evidence, unusable)
-        except Exception as exc:  # noqa: BLE001
-            failure = _crashed("", f"rule:{rule.name}", rule.expr, exc, f"Rule '{rule.name}'")
-        if failure:
-            soft.append(failure)
-    return GateEvaluation(passed=not problems, problems=problems, warnings=warnings)
-
-
-def _check_field(
-    gate: GateDefinition, name: str, spec: FieldSpec, evidence: dict[str, Any]
-) -> tuple[list[Problem], list[Problem]]:
-    """Returns (problems that always block, failures that block only when strict)."""
-    value = evidence.get(name)
-    about = f" ({spec.description})" if spec.description else ""
-    field_is = f" The field is: {spec.description}" if spec.description else ""
-    if value is None:
-        got = "missing" if name not in evidence else "null"
-        message = f"Required field '{name}' is {got}; provide a {_TYPE_WORDS[spec.type]}{about}."
-        return ([_problem(name, "required", spec.type, got, message)] if spec.required else []), []
-    if not _type_ok(spec.type, value):
-        message = f"'{name}' must be a {_TYPE_WORDS[spec.type]}{about}; got {_kind(value)}."
-        return [_problem(name, "type", spec.type, _got(value), message)], []
-    failures: list[Problem] = []
-
-    def fail(rule: str, expected: str, message: str) -> None:
-        failures.append(
-            _problem(name, rule, expected, _short(value), f"'{name}' {message}.{field_is}")
-        )
-
-    size = len(value) if spec.type in _SIZED else 0
-    unit = "character(s)" if spec.type == "string" else "item(s)"
-    if spec.enum is not None and not any(_same(value, option) for option in spec.enum):
-        fail("enum", f"one of {_short(spec.enum)}", f"must be one of {_short(spec.enum)}")
-    if spec.min is not None and value < spec.min:
-        fail("min", f">= {_num(spec.min)}", f"must be at least {_num(spec.min)}")
-    if spec.max is not None and value > spec.max:
-        fail("max", f"<= {_num(spec.max)}", f"must be at most {_num(spec.max)}")
-    if spec.min_length is not None and size < spec.min_length:
-        n = spec.min_length
-        fail("min_length", f"length >= {n}", f"must have at least {n} {unit} (has {size})")
-    if spec.max_length is not None and size > spec.max_length:
-        n = spec.max_length
-        fail("max_length", f"length <= {n}", f"must have at most {n} {unit} (has {size})")
-    if spec.pattern is not None and not re.search(spec.pattern, value):
-        fail("pattern", f"matches /{spec.pattern}/", f"must match the pattern /{spec.pattern}/")
-    if spec.validator:
-        vname = spec.validator
-        text = gate.validators.get(vname, "")
-        try:
-            compiled = _compiled(text)
-            extra = compiled.params[1:]
-            kwargs = {k: v for k, v in spec.validator_params.items() if k in extra}
-            if "params" in extra and "params" not in kwargs:
-                kwargs["params"] = dict(spec.validator_params)
-            ok = bool(compiled(value, **kwargs))
-        except ExpressionError as exc:
-            fail(f"validator:{vname}", text, f"could not be checked by '{vname}': {exc.message}")
-        else:
-            if not ok:
-                fail(f"validator:{vname}", text, f"failed validator '{vname}' ({text})")
-    return [], failures
-
-
-def _check_rule(rule: GateRule, evidence: dict[str, Any], unusable: set[str]) -> Problem | None:
-    """None when the rule holds or does not apply (a field it reads is missing or bad)."""
-    expr = _compiled(rule.expr)
-    when = _compiled(rule.when) if rule.when else None
-    names = sorted(expr.names | (when.names if when else frozenset()))
-    if any(n in unusable or n not in evidence for n in names):
-        return None
-    env = {n: evidence[n] for n in names}
-    got = _clip(", ".join(f"{n}={_short(evidence[n])}" for n in names))
-    try:
-        if (when and not when(**env)) or expr(**env):
-            return None
-        message = rule.message or f"Rule '{rule.name}' failed: {rule.expr}."
-    except ExpressionError as exc:
-        message = f"Rule '{rule.name}' could not be checked: {exc.message}"
-    return _problem(", ".join(names), f"rule:{rule.name}", rule.expr, got, message)
-
-
-def _problem(name: str, rule: str, expected: str, got: str, message: str) -> Problem:
-    return Problem(field=name, rule=rule, expected=expected, got=got, message=message)
-
-
-def _crashed(name: str, rule: str, expected: str, exc: Exception, what: str) -> Problem:
-    message = f"{what} could not be checked: {type(exc).__name__}: {_clip(str(exc))}"
-    return _problem(name, rule, expected, type(exc).__name__, message)
-
-
-def _type_ok(ftype: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return ftype == "boolean"
-    if ftype in _NUMERIC:
-        return isinstance(value, int) or (
-            ftype == "number" and isinstance(value, float) and math.isfinite(value)
-        )
-    return isinstance(value, {"boolean": bool, "string": str, "list": list, "dict": dict}[ftype])
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equality that keeps ``True`` distinct from ``1`` (an enum of [1, 2] rejects true)."""
-    return isinstance(a, bool) == isinstance(b, bool) and a == b
-
-
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
              dict: "dict", type(None): "null"}  # fmt: skip
     return names.get(type(value), type(value).__name__)
 
 
-def _got(value: Any) -> str:
-    return _clip(f"{_kind(value)} {_short(value)}")
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _short(value: Any) -> str:
+def short_text(value: Any) -> str:
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - huge ints, deep nesting: still say something
         text = f"<{type(value).__name__}>"
-    return _clip(text)
+    return clip_text(text)
 
 
-def _clip(text: str) -> str:
+def clip_text(text: str) -> str:
     return text if len(text) <= _GOT_LIMIT else text[: _GOT_LIMIT - 1] + "…"

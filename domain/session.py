@@ -29,7 +29,8 @@ from phasegate.domain.errors import (
     SessionError,
     SessionNotActive,
 )
-from phasegate.domain.gates import GateEvaluation, Problem, evaluate_gate
+from phasegate.domain.gate_eval import evaluate_gate
+from phasegate.domain.gates import GateEvaluation, Problem
 from phasegate.domain.messages import (
     ApprovalDecision,
     ApprovalRecord,
@@ -471,13 +472,12 @@ class SessionState(BaseModel):
         del self.attempt_log[:-MAX_ATTEMPT_LOG]
         self.attempts = []
 
-    def next_view(self) -> PhaseView | None:
-        """The current phase's view as an advance's answer carries it: whole (gate schema
-        included) but without earlier phases' artifacts, which the agent just sent."""
-        view = self.phase_view(self.current.index)
-        if not isinstance(view, PhaseView):
-            return None
-        return view.model_copy(update={"artifacts": {}})
+    def next_view(self, index: int | None = None) -> PhaseView | None:
+        """Phase ``index`` (default: the current one) as an advance's answer carries it:
+        whole, gate schema included, without earlier phases' artifacts (the agent just
+        sent them); None when it is not readable."""
+        view = self.phase_view(self.current.index if index is None else index)
+        return view.model_copy(update={"artifacts": {}}) if isinstance(view, PhaseView) else None
 
     def repeat(self, submission_id: str) -> CheckpointResult:
         """The answer to a repeated submission: the original; after an advance, with the
@@ -486,11 +486,7 @@ class SessionState(BaseModel):
         result = self.processed[submission_id]
         if not result.passed or result.awaiting_approval or result.completed:
             return result
-        view = self.phase_view(result.current_phase)
-        next_view = (
-            view.model_copy(update={"artifacts": {}}) if isinstance(view, PhaseView) else None
-        )
-        return result.model_copy(update={"next_phase": next_view})
+        return result.model_copy(update={"next_phase": self.next_view(result.current_phase)})
 
     def carry(self) -> dict[str, Any]:
         """The state as continue-as-new input, compacted until it fits the payload limit."""

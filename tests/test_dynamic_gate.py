@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from phasegate.activities.definitions import _dynamic_gate
-from phasegate.domain.gates import FieldSpec, GateDefinition, evaluate_gate
+from phasegate.domain.gate_eval import evaluate_gate
+from phasegate.domain.gates import FieldSpec, GateDefinition
 from phasegate.domain.spec import SpecPhase, SpecTask
 
 

@@ -14,7 +14,8 @@ import pytest
 from phasegate import SHIPPED_LIBRARY
 from phasegate.activities.library import find_workflow, list_workflows, load_gate_file
 from phasegate.domain.evidence_schema import field_json_schema, gate_json_schema
-from phasegate.domain.gates import FieldSpec, evaluate_gate, load_gate
+from phasegate.domain.gate_eval import evaluate_gate
+from phasegate.domain.gates import FieldSpec, load_gate
 from phasegate.testing._evidence import _JSON_FENCE
 
 

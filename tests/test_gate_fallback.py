@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gate_fallback import gate_from_checklist, gate_from_markdown, slugify_field
-from phasegate.domain.gates import evaluate_gate
 
 SOURCE = "library/demo/phases/4/phase.md"
 

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasegate.domain.errors import GateDefinitionError
+from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import (
     FieldSpec,
     GateDefinition,
     GateEvaluation,
-    evaluate_gate,
     load_gate,
 )
 

@@ -8,12 +8,12 @@ import pytest
 from gate_helpers import PRAXIS_GATE, SOURCE, gate, one_field, rules_of
 
 from phasegate.domain.errors import GateDefinitionError
+from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import (
     FieldSpec,
     GateDefinition,
     GateEvaluation,
     GateRule,
-    evaluate_gate,
     load_gate,
 )
 

@@ -24,7 +24,7 @@ from session_helpers import (
 )
 
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.gates import evaluate_gate
+from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.messages import (
     ApprovalDecision,
     CheckpointResult,
