@@ -293,7 +293,7 @@ class DefinitionActivities:
         return PhaseDefinition(
             example_evidence=example_evidence(content),
             index=index,
-            label=str(sp.number),
+            label=sp.written_number or str(sp.number),  # "N" for spec-kit's Phase N: Polish
             name=sp.name,
             content=content,
             tasks=rendered,
