@@ -270,13 +270,33 @@ class PhasegateClient:
         return out
 
     async def _query(self, session_id: str, query: Any, *args: Any) -> Any:
-        try:
-            return await self.handle(session_id).query(query, *args)
-        except (WorkflowQueryFailedError, RPCError) as exc:
-            raise phasegate_error(exc) from None
+        """Run a query; one that times out (a busy or absent worker) is tried again a few
+        times, then reported in the user's terms."""
+        for attempt in range(_QUERY_RETRIES + 1):
+            try:
+                return await self.handle(session_id).query(query, *args)
+            except (WorkflowQueryFailedError, RPCError) as exc:
+                if not _timed_out(exc):
+                    raise phasegate_error(exc) from None
+                if attempt == _QUERY_RETRIES:
+                    raise SessionError(
+                        f"session {session_id} did not answer in time ({_QUERY_RETRIES + 1} tries)",
+                        hint="check that a worker is running (`phasegate worker`) on task "
+                        f"queue {self.task_queue!r}; under heavy load, try again in a moment",
+                    ) from None
+                await asyncio.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
 
 
 _TRANSIENT_RETRIES = 8
+_QUERY_RETRIES = 3
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A query the worker did not answer within the server's query timeout."""
+    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
+        return True
+    return "timeout expired" in str(exc).lower() or "timed out" in str(exc).lower()
 
 
 def _transient(exc: RPCError) -> bool:
