@@ -4,13 +4,15 @@
 OS's ``universal/workflows`` as collected from public copies (see SOURCES.md):
 real files, with the gaps and disagreements the real folders have. They must
 load with no errors (warnings name each disagreement), and a session of each
-must walk to ``completed``. The rules behind that are unit-tested on small
+must walk to ``completed`` with phasegate.testing's ScriptedAgent, one submission
+per phase. The rules behind that are unit-tested on small
 folders built here.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +22,20 @@ from phasegate.activities.definitions import DefinitionActivities, render_static
 from phasegate.activities.library import find_workflow, list_workflows, workflow_issues
 from phasegate.activities.library_check import check_library
 from phasegate.activities.templates import Renderer
+from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import DefinitionError
-from phasegate.domain.expressions import compile_expression
 from phasegate.domain.library import PhaseMetadata, TaskMetadata, reconcile_tasks
 from phasegate.domain.messages import (
     LoadSessionRequest,
     PhaseView,
     SessionOptions,
+)
+from phasegate.testing import (
+    EvidenceTable,
+    ScriptedAgent,
+    complete_evidence,
+    example_evidence,
+    unsigned_approver,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -297,75 +306,53 @@ def _engine_phases(tmp_path: Path, workflow: str, spec: Path | None = None) -> l
     return [acts.build_phase(wf, plan.ref, i) for i in range(plan.ref.total_phases)]
 
 
-def evidence_for(view: PhaseView) -> dict[str, Any]:
-    """A first evidence object for ``view.gate``: a value of each required field's type
-    (local helper until the public ``phasegate.testing`` scripted agent lands)."""
-    return {
-        name: _value(name, spec.type, _expr(spec.json_schema))
-        for name, spec in view.gate.fields.items()
-        if spec.required
-    }
+def _plus(values: dict[str, Any]) -> Callable[[PhaseView], dict[str, Any]]:
+    """The scripted agent's own evidence (documented example completed from the gate's
+    schema) with ``values`` it cannot work out on its own."""
+    return lambda view: complete_evidence({**example_evidence(view), **values}, view)
 
 
-def _expr(schema: dict[str, Any]) -> str:
-    return str((schema.get("x-phasegate-validator") or {}).get("expr") or "")
-
-
-def _value(name: str, kind: str, expr: str | None) -> Any:
-    """The first candidate of ``kind`` that the lambda validator ``expr`` accepts."""
-    expr = expr if expr and expr.startswith("lambda") else ""
-    check = compile_expression(expr) if expr else None
-    words = [w.strip("'\"") for w in expr.split() if w.startswith(("'", '"'))]
-    candidates: dict[str, list[Any]] = {
-        "boolean": [True, False],
-        "integer": [1, 5, 95, 100, 0],
-        "number": [1.0, 0.9, 2.0, 95.0, 0.0],
-        "string": [*words, f"{name} done"],
-        "list": [[f"{name}-1"]],
-        "dict": [{"status": "ok"}],
-    }
-    values = candidates.get(kind, [f"{name} done"])
-    return next((v for v in values if check is None or check(v)), values[0])
-
-
-async def submit_until_passed(pg: Any, sid: str, index: int, view: PhaseView) -> tuple[Any, int]:
-    """Submit, then (like an agent reading the problems) fix each field whose validator
-    the result names, up to three attempts. Returns the last result and the attempts."""
-    evidence = evidence_for(view)
-    for attempt in range(1, 4):
-        result = await pg.submit(sid, index, evidence)
-        fixes = {
-            p.field: _value(p.field, view.gate.fields[p.field].type, p.expected)
-            for p in result.problems
-            if p.field in view.gate.fields
-        }
-        if result.passed or all(evidence.get(k) == v for k, v in fixes.items()):
-            return result, attempt
-        evidence.update(fixes)
-    return result, attempt
+# Every other phase passes with the scripted agent's evidence as is (none of the five
+# documents a JSON example: it is built from each field's JSON Schema). These values
+# are ones only a lambda validator reveals: prAxIs' Validation Gate tables name
+# validators (equals_high, greater_than_or_equal_5, ...) that the schema carries as
+# x-phasegate-validator exprs with no enum or minimum, and the completion does not
+# read exprs.
+EVIDENCE: dict[str, EvidenceTable] = {
+    "standards_creation_v1": {
+        # Phase 2, RAG Optimization: `lambda x: x == 'high'`, `lambda x: x == 'natural'`
+        # and `lambda x: x >= 5` (the completion's 1 is too few query hooks).
+        2: _plus(
+            {
+                "keyword_density_tldr": "high",
+                "keyword_density_body": "natural",
+                "query_hooks_count": 5,
+            }
+        ),
+        # Phase 3, Discoverability Testing: `lambda x: x == 5` and `lambda x: x >= 4`.
+        # average_relevance (`x >= 0.85`) and average_rank (`x <= 2.0`) pass with the
+        # completion's 1.0, by luck rather than by reading the validator.
+        3: _plus({"queries_tested": 5, "queries_found_top3": 4}),
+    },
+}
 
 
 @pytest.mark.parametrize("workflow", FIVE)
 async def test_session_walks_to_completed(workflow: str, settings_for, run_worker, env, tmp_path):
-    from phasegate.client.api import PhasegateClient
-
     settings = settings_for(PRAXIS)
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
         options = SessionOptions(spec_path=str(SPEC)) if workflow == "spec_execution_v1" else None
         sid = await pg.start(workflow, str(tmp_path), options=options)
-        total = (await pg.status(sid)).total_phases
-        walked = []
-        for index in range(total):
+        agent = ScriptedAgent(pg, EVIDENCE.get(workflow), approve=unsigned_approver("lead"))
+        final = await agent.walk(sid)
+        assert final.status == "completed"
+        walked = list(range(final.total_phases))
+        assert [s.phase for s in agent.steps] == walked  # one submission per phase
+        assert all(s.result.passed and not s.result.warnings for s in agent.steps)
+        for index in walked:  # every phase served real content
             view = await pg.phase(sid, index)
-            assert isinstance(view, PhaseView), view
-            assert view.content.strip()
-            result, attempts = await submit_until_passed(pg, sid, index, view)
-            assert result.passed, (workflow, index, [p.model_dump() for p in result.problems])
-            assert attempts <= 2, (workflow, index)  # at most one round of fixes
-            if result.awaiting_approval:
-                approver = (view.gate.approvers or ["lead"])[0]
-                await pg.decide(sid, approver=approver, decision="approve")
-            walked.append(index)
+            assert isinstance(view, PhaseView) and view.state == "completed", view
+            assert view.content.strip(), (workflow, index)
         summary = await pg.result(sid)
         assert summary.status == "completed" and summary.completed_phases == walked
