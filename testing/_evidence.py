@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from phasegate.domain.errors import ExpressionError
+from phasegate.domain.expressions import compile_expression
 from phasegate.domain.messages import GateField, PhaseView
 
 __all__ = ["KNOWN_GOOD", "complete_evidence", "example_evidence", "known_good", "workspace_for"]
@@ -53,6 +56,40 @@ def _schema(field: GateField) -> dict[str, Any]:
 
 
 def _value_for(name: str, schema: Mapping[str, Any]) -> Any:
+    value = _plain_value_for(name, schema)
+    validator = schema.get("x-phasegate-validator")
+    if isinstance(validator, Mapping) and validator.get("expr"):
+        return _satisfying(str(validator["expr"]), dict(validator.get("params") or {}), value)
+    return value
+
+
+def _satisfying(expr: str, params: dict[str, Any], default: Any) -> Any:
+    """A value the field's lambda validator accepts: the default, else a literal of the
+    expression or a number next to one (``x == 'high'``, ``x >= 5``, ``x < 0.3``)."""
+    try:
+        check = compile_expression(expr)
+        literals = [
+            node.value
+            for node in ast.walk(ast.parse(expr, mode="eval"))
+            if isinstance(node, ast.Constant) and node.value is not None
+        ]
+    except (ExpressionError, SyntaxError):
+        return default
+    candidates = [default, *literals]
+    for lit in literals:
+        if isinstance(lit, (int, float)) and not isinstance(lit, bool):
+            candidates += [lit + 1, lit - 1, lit * 2, lit / 2]
+    return next((c for c in candidates if _accepts(check, c, params)), default)
+
+
+def _accepts(check: Callable[..., Any], candidate: Any, params: dict[str, Any]) -> bool:
+    try:
+        return bool(check(candidate, **params))
+    except ExpressionError:  # e.g. a candidate of the wrong type for the expression
+        return False
+
+
+def _plain_value_for(name: str, schema: Mapping[str, Any]) -> Any:
     if schema.get("enum"):
         return schema["enum"][0]
     if "const" in schema:

@@ -31,7 +31,6 @@ from phasegate.domain.messages import (
     SessionOptions,
 )
 from phasegate.testing import (
-    EvidenceTable,
     ScriptedAgent,
     complete_evidence,
     example_evidence,
@@ -312,31 +311,10 @@ def _plus(values: dict[str, Any]) -> Callable[[PhaseView], dict[str, Any]]:
     return lambda view: complete_evidence({**example_evidence(view), **values}, view)
 
 
-# Every other phase passes with the scripted agent's evidence as is (none of the five
-# documents a JSON example: it is built from each field's JSON Schema). These values
-# are ones only a lambda validator reveals: prAxIs' Validation Gate tables name
-# validators (equals_high, greater_than_or_equal_5, ...) that the schema carries as
-# x-phasegate-validator exprs with no enum or minimum, and the completion does not
-# read exprs.
-EVIDENCE: dict[str, EvidenceTable] = {
-    "standards_creation_v1": {
-        # Phase 2, RAG Optimization: `lambda x: x == 'high'`, `lambda x: x == 'natural'`
-        # and `lambda x: x >= 5` (the completion's 1 is too few query hooks).
-        2: _plus(
-            {
-                "keyword_density_tldr": "high",
-                "keyword_density_body": "natural",
-                "query_hooks_count": 5,
-            }
-        ),
-        # Phase 3, Discoverability Testing: `lambda x: x == 5` and `lambda x: x >= 4`.
-        # average_relevance (`x >= 0.85`) and average_rank (`x <= 2.0`) pass with the
-        # completion's 1.0, by luck rather than by reading the validator.
-        3: _plus({"queries_tested": 5, "queries_found_top3": 4}),
-    },
-}
-
-
+# No evidence table: none of the five documents a JSON example, so the scripted agent
+# builds every evidence object from each field's JSON Schema, including the values only
+# a lambda validator reveals (prAxIs' equals_high, greater_than_or_equal_5, ...), which
+# it finds by trying the validator's own literals.
 @pytest.mark.parametrize("workflow", FIVE)
 async def test_session_walks_to_completed(workflow: str, settings_for, run_worker, env, tmp_path):
     settings = settings_for(PRAXIS)
@@ -344,7 +322,7 @@ async def test_session_walks_to_completed(workflow: str, settings_for, run_worke
         pg = PhasegateClient(env.client, settings.task_queue)
         options = SessionOptions(spec_path=str(SPEC)) if workflow == "spec_execution_v1" else None
         sid = await pg.start(workflow, str(tmp_path), options=options)
-        agent = ScriptedAgent(pg, EVIDENCE.get(workflow), approve=unsigned_approver("lead"))
+        agent = ScriptedAgent(pg, approve=unsigned_approver("lead"))
         final = await agent.walk(sid)
         assert final.status == "completed"
         walked = list(range(final.total_phases))
