@@ -12,7 +12,6 @@ folders built here.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,6 @@ from phasegate.domain.messages import (
 )
 from phasegate.testing import (
     ScriptedAgent,
-    complete_evidence,
-    example_evidence,
     unsigned_approver,
 )
 
@@ -303,12 +300,6 @@ def _engine_phases(tmp_path: Path, workflow: str, spec: Path | None = None) -> l
     plan = acts.plan(LoadSessionRequest(workflow_type=workflow, target="", options=options))
     wf = find_workflow(workflow, [str(PRAXIS)])
     return [acts.build_phase(wf, plan.ref, i) for i in range(plan.ref.total_phases)]
-
-
-def _plus(values: dict[str, Any]) -> Callable[[PhaseView], dict[str, Any]]:
-    """The scripted agent's own evidence (documented example completed from the gate's
-    schema) with ``values`` it cannot work out on its own."""
-    return lambda view: complete_evidence({**example_evidence(view), **values}, view)
 
 
 # No evidence table: none of the five documents a JSON example, so the scripted agent
