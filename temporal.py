@@ -35,6 +35,7 @@ from phasegate import SHIPPED_LIBRARY
 from phasegate.domain.errors import (
     ERROR_TYPES,
     PhasegateError,
+    SessionError,
     SessionNotFound,
     TemporalUnreachable,
 )
@@ -160,6 +161,12 @@ def phasegate_error(exc: BaseException, settings: Settings | None = None) -> Pha
     if isinstance(exc, RPCError):
         if exc.status == RPCStatusCode.NOT_FOUND:
             return SessionNotFound(str(exc.message), hint="check the id with `phasegate list`")
-        if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+        if exc.status == RPCStatusCode.UNAVAILABLE:
             return unreachable(settings or load_settings(), exc.message)
+        if exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
+            return SessionError(
+                "Temporal did not answer in time",
+                hint="check that a worker is running (`phasegate worker`); under heavy load, "
+                "try again in a moment",
+            )
     return PhasegateError(str(exc) or type(exc).__name__)

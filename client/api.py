@@ -20,6 +20,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
@@ -232,7 +233,18 @@ class PhasegateClient:
                 raise phasegate_error(exc) from None
             except WorkflowUpdateFailedError as exc:
                 raise phasegate_error(exc) from None
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                raise self._no_answer(session_id) from None
         raise AssertionError("unreachable")
+
+    def _no_answer(self, session_id: str, tries: int = 1) -> SessionError:
+        """A session that did not answer in time (a busy or absent worker)."""
+        return SessionError(
+            f"session {session_id} did not answer in time"
+            + (f" ({tries} tries)" if tries > 1 else ""),
+            hint="check that a worker is running (`phasegate worker`) on task queue "
+            f"{self.task_queue!r}; under heavy load, try again in a moment",
+        )
 
     async def result(self, session_id: str) -> SessionSummary:
         try:
@@ -279,11 +291,7 @@ class PhasegateClient:
                 if not _timed_out(exc):
                     raise phasegate_error(exc) from None
                 if attempt == _QUERY_RETRIES:
-                    raise SessionError(
-                        f"session {session_id} did not answer in time ({_QUERY_RETRIES + 1} tries)",
-                        hint="check that a worker is running (`phasegate worker`) on task "
-                        f"queue {self.task_queue!r}; under heavy load, try again in a moment",
-                    ) from None
+                    raise self._no_answer(session_id, _QUERY_RETRIES + 1) from None
                 await asyncio.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")
 

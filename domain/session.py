@@ -472,11 +472,10 @@ class SessionState(BaseModel):
         del self.attempt_log[:-MAX_ATTEMPT_LOG]
         self.attempts = []
 
-    def next_view(self, index: int | None = None) -> PhaseView | None:
-        """Phase ``index`` (default: the current one) as an advance's answer carries it:
-        whole, gate schema included, without earlier phases' artifacts (the agent just
-        sent them); None when it is not readable."""
-        view = self.phase_view(self.current.index if index is None else index)
+    def next_view(self) -> PhaseView | None:
+        """The current phase as an advance's answer carries it: whole, gate schema included,
+        without earlier phases' artifacts (the agent just sent them)."""
+        view = self.phase_view(self.current.index)
         return view.model_copy(update={"artifacts": {}}) if isinstance(view, PhaseView) else None
 
     def repeat(self, submission_id: str) -> CheckpointResult:
@@ -486,7 +485,10 @@ class SessionState(BaseModel):
         result = self.processed[submission_id]
         if not result.passed or result.awaiting_approval or result.completed:
             return result
-        return result.model_copy(update={"next_phase": self.next_view(result.current_phase)})
+        # The view only while that phase is still the one to work on: an agent following
+        # next_phase must never be sent to a completed (or undone) phase.
+        current = result.current_phase == self.current.index and not self.finished
+        return result.model_copy(update={"next_phase": self.next_view() if current else None})
 
     def carry(self) -> dict[str, Any]:
         """The state as continue-as-new input, compacted until it fits the payload limit."""

@@ -175,7 +175,8 @@ class ScriptedAgent:
         """The current phase's view (approving first if it waits), None once completed."""
         self.queries += 1
         status = await self.client.status(session_id)
-        if status.status in ("awaiting_approval", "approval_overdue"):
+        decisions = 0  # a gate may want several approvers: ask until it moves on
+        while status.status in ("awaiting_approval", "approval_overdue") and decisions < 10:
             if self.approve is None:
                 raise WalkFailed(
                     f"phase {status.current_phase} awaits approval and this agent has no approver",
@@ -183,6 +184,7 @@ class ScriptedAgent:
                     hint="pass approve=signed_approver(NAME) or unsigned_approver(NAME)",
                 )
             status = await self.approve(self.client, session_id, status.current_phase)
+            decisions += 1
         if status.status == "completed":
             return None
         if status.status != "active":

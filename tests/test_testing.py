@@ -78,3 +78,20 @@ async def test_signed_approver_uses_the_private_key(session_env, tmp_path):
 def test_known_good_names_the_shipped_workflows() -> None:
     with pytest.raises(KeyError, match="production_code_v2"):
         known_good("nope_v1")
+
+
+@pytest.mark.parametrize(
+    ("expr", "params", "default", "expected"),
+    [
+        ("lambda x: x == 'high'", {}, "some text", "high"),
+        ("lambda x: x >= 5", {}, 1, 5),
+        ("lambda x: x < 0.3", {}, 1.0, 0.15),
+        ("lambda x, min_val: x >= min_val", {"min_val": 10}, 1, 10),
+        ("lambda x: len(x) > 3", {}, ["a"], ["a", "item-0", "item-1", "item-2"]),
+        ("lambda x: x ** 9999999 > 1 / 0", {}, 5, 5),  # refused by the evaluator: default
+    ],
+)
+def test_completion_satisfies_lambda_validators(expr, params, default, expected) -> None:
+    from phasegate.testing._evidence import _satisfying
+
+    assert _satisfying(expr, params, default) == expected
