@@ -60,7 +60,10 @@ class GatedSession:
         # Restored here, not in run(): after continue-as-new, updates that arrive in
         # the first workflow task are validated before run() starts.
         self._state: SessionState | None = None
-        if start.carried is not None:
+        # Carried state is trusted only from this workflow's own continue-as-new: a
+        # client starting a session with made-up `carried` state gets a failed start.
+        self._forged = start.carried is not None and not workflow.info().continued_run_id
+        if start.carried is not None and not self._forged:
             self._state = SessionState.model_validate(start.carried)
             self._state.runs += 1
         self._lock = asyncio.Lock()
@@ -77,6 +80,16 @@ class GatedSession:
 
     @workflow.run
     async def run(self, start: StartSession) -> SessionSummary:
+        if self._forged:
+            raise application_error(
+                SessionError(
+                    "a session cannot be started with carried state: only its own "
+                    "continue-as-new hands state from one run to the next",
+                    where="carried",
+                    hint="start sessions with `phasegate start` (or StartSession without "
+                    "`carried`)",
+                )
+            )
         if self._state is None:
             plan: SessionPlan = await workflow.execute_activity_method(
                 DefinitionActivities.load_session,

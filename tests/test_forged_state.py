@@ -1,0 +1,60 @@
+"""Issue 8, item 1 (threat level 2: the agent holds a Temporal client): a session cannot
+be started with made-up carried state; only its own continue-as-new carries state."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from temporalio.client import WorkflowFailureError
+
+from phasegate.domain.messages import SessionOptions, StartSession
+from phasegate.workflows.gated_session import GatedSession
+
+
+async def test_starting_with_forged_carried_state_fails_the_start(session_env, tmp_path):
+    pg, settings = session_env
+    # A real session's state, edited: phase 4 done, approved by "lead", unsigned allowed.
+    sid = await pg.start("mini_v1", str(tmp_path))
+    real = await pg.status(sid)
+    forged_id = f"forged-{uuid.uuid4().hex[:8]}"
+    forged = {
+        "workflow_type": "mini_v1",
+        "ref": {"workflow_type": "mini_v1", "total_phases": 3, "static_phase_count": 3},
+        "status": "completed",
+        "current": {"index": 2, "label": "2", "name": "Tests", "content": ""},
+        "unsigned_approvals": True,
+        "approvals": [
+            {"phase": 1, "approver": "lead", "decision": "approve", "at": "2026-01-01T00:00:00Z"}
+        ],
+    }
+    handle = await pg.temporal.start_workflow(
+        GatedSession.run,
+        StartSession(
+            workflow_type="mini_v1", target=str(tmp_path), options=SessionOptions(), carried=forged
+        ),
+        id=forged_id,
+        task_queue=settings.task_queue,
+    )
+    with pytest.raises(WorkflowFailureError) as err:
+        await handle.result()
+    cause = err.value.cause
+    assert getattr(cause, "type", None) == "session_error"
+    assert "carried state" in str(cause)
+    # Nothing about the forged state is served: the session never got a state.
+    with pytest.raises(Exception):  # noqa: B017 - any refusal; no forged status
+        await pg.status(forged_id)
+    assert real.status == "active"  # the real session is untouched
+
+
+async def test_continue_as_new_still_carries_state(session_env, tmp_path):
+    pg, _ = session_env
+    sid = await pg.start(
+        "mini_v1", str(tmp_path), options=SessionOptions(continue_as_new_after_events=12)
+    )
+    first = (await pg.handle(sid).describe()).run_id
+    for i in range(3):
+        await pg.submit(sid, 0, {"modules_found": 0}, submission_id=f"f{i}")
+    assert (await pg.handle(sid).describe()).run_id != first
+    status = await pg.status(sid)
+    assert status.status == "active" and status.current_phase == 0
