@@ -84,17 +84,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
-def _target_host(settings: Settings) -> str:
-    """The address a connect would use (a Temporal profile may name another)."""
-    try:
-        from temporalio.envconfig import ClientConfig
-
-        host = ClientConfig.load_client_connect_config().get("target_host")
-    except (RuntimeError, ValueError, OSError):  # a broken profile must not hide the real error
-        host = None
-    return str(host or settings.temporal_address)
-
-
 def unreachable(settings: Settings, detail: str = "") -> TemporalUnreachable:
     """The one "Temporal unreachable" error every interface raises."""
     host = settings.temporal_address

@@ -4,34 +4,26 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from phasegate.activities.definitions import example_evidence as documented_example
 from phasegate.domain.errors import ExpressionError
 from phasegate.domain.expressions import compile_expression
 from phasegate.domain.messages import GateField, PhaseView
 
 __all__ = ["KNOWN_GOOD", "complete_evidence", "example_evidence", "known_good", "workspace_for"]
 
-_JSON_FENCE = re.compile(r"^```json[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
-
 
 def example_evidence(view: PhaseView) -> dict[str, Any]:
-    """The evidence example the phase documents (``view.example_evidence``, else the first
-    ```json object in its content), or ``{}``."""
-    example = getattr(view, "example_evidence", None)
-    if isinstance(example, dict):
-        return dict(example)
-    for block in _JSON_FENCE.findall(view.content):
-        try:
-            data = json.loads(block)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict):
-            return data
-    return {}
+    """The evidence example the phase documents (``view.example_evidence``, else the one
+    its content shows under an Evidence/Example heading), or ``{}``."""
+    if view.example_evidence is not None:
+        return dict(view.example_evidence)
+    text = documented_example(view.content)
+    data = json.loads(text) if text else {}
+    return data if isinstance(data, dict) else {}
 
 
 def complete_evidence(evidence: Mapping[str, Any], view: PhaseView) -> dict[str, Any]:

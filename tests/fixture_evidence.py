@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from phasegate.testing import EvidenceTable
-
 MINI_V1: dict[int, dict[str, Any]] = {
     0: {"modules_found": 3, "summary": "three modules, all small"},
     1: {"plan": "the plan, step by step"},
@@ -15,5 +13,3 @@ MINI_V1: dict[int, dict[str, Any]] = {
 """mini_v1: phase 0 analysis, phase 1 plan (needs approval), phase 2 tests."""
 
 GOOD_0 = MINI_V1[0]
-
-MINI_V1_TABLE: EvidenceTable = MINI_V1

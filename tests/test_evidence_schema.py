@@ -12,11 +12,11 @@ import jsonschema
 import pytest
 
 from phasegate import SHIPPED_LIBRARY
+from phasegate.activities.definitions import example_evidence as documented_example
 from phasegate.activities.library import find_workflow, list_workflows, load_gate_file
 from phasegate.domain.evidence_schema import field_json_schema, gate_json_schema
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import FieldSpec, load_gate
-from phasegate.testing._evidence import _JSON_FENCE
 
 
 def _static_gates() -> list[tuple[str, Path]]:
@@ -114,11 +114,8 @@ def _violations(prop: dict[str, Any]) -> list[Any]:
 
 
 def _example(phase_md: Path) -> dict[str, Any]:
-    for block in _JSON_FENCE.findall(phase_md.read_text(encoding="utf-8")):
-        data = json.loads(block)
-        if isinstance(data, dict):
-            return data
-    return {}
+    text = documented_example(phase_md.read_text(encoding="utf-8"))
+    return json.loads(text) if text else {}
 
 
 def test_dynamic_base_gate_schema_is_valid() -> None:
