@@ -46,18 +46,40 @@ class _LazyRetriever:
         return self._rag.retrieve_context(q)
 
 
-def load_approver_keys(path: str | None) -> list[ApproverKey]:
-    """The deployment's signed approvers from a JSON file ``[{name, public_key}, ...]``."""
-    if not path:
+def load_approver_keys(
+    value: str | None, variable: str = "PHASEGATE_APPROVER_KEYS"
+) -> list[ApproverKey]:
+    """Signed approvers (or operators) named by the deployment.
+
+    ``value`` is JSON (a list of ``{name, public_key}`` or one such object, as
+    ``phasegate keys export NAME`` prints) or the path of a file holding either.
+    """
+    if not value:
         return []
+    text, where = value, variable
+    if not value.lstrip().startswith(("[", "{")):
+        where = f"{variable}={value}"
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PhasegateError(
+                f"cannot read the key file: {exc.strerror or exc}",
+                where=where,
+                hint=f"set {variable} to a JSON list of {{name, public_key}}, one exported "
+                "object (phasegate keys export NAME), or the path of a file holding either",
+            ) from None
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return [ApproverKey.model_validate(item) for item in data]
-    except (OSError, ValueError, TypeError) as exc:
+        data = json.loads(text)
+        items = [data] if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise TypeError(f"expected a list or an object, got {type(data).__name__}")
+        return [ApproverKey.model_validate(item) for item in items]
+    except (ValueError, TypeError) as exc:
         raise PhasegateError(
-            f"cannot load approver keys: {exc}",
-            where=path,
-            hint="a JSON list of {name, public_key} (phasegate keys export NAME prints one)",
+            f"cannot load keys: {str(exc).splitlines()[0]}",
+            where=where,
+            hint="a JSON list of {name, public_key} or one such object "
+            "(phasegate keys export NAME prints one)",
         ) from None
 
 
@@ -77,6 +99,8 @@ def build_worker(
         context_k=settings.context_k,
         approver_keys=load_approver_keys(settings.approver_keys_file),
         allow_unsigned_approvals=settings.allow_unsigned_approvals,
+        operator_keys=load_approver_keys(settings.operator_keys_file, "PHASEGATE_OPERATOR_KEYS"),
+        allow_unsigned_controls=settings.unsigned_controls,
     )
     verify = VerifyActivities()
     return Worker(

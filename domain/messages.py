@@ -7,9 +7,9 @@ send and read these as JSON. See ARCHITECTURE.md, "Temporal contract".
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from phasegate.domain.gates import GateDefinition, Problem
 from phasegate.domain.signing import ApproverKey
@@ -60,6 +60,19 @@ SessionStatus = Literal[
 ]
 DEFAULT_MAX_EVIDENCE_BYTES = 256 * 1024  # Temporal warns on payloads above 256 KB
 
+# Bounds of every input a client can send. A message that breaks one is refused by the
+# SDK before any handler runs (an update is rejected and nothing reaches history).
+MAX_NAME_CHARS = 128  # approver, actor and key names (as ApproverKey.name)
+MAX_TEXT_CHARS = 2000  # comments, reasons
+MAX_ID_CHARS = 128  # submission ids, task ids, workflow types
+MAX_PATH_CHARS = 4096
+MAX_PHASE = 10_000
+MAX_EVIDENCE_BYTES_LIMIT = 1024 * 1024  # highest max_evidence_bytes a session may set
+MAX_OPTIONS_BYTES = 64 * 1024  # a session's options as JSON, extra keys included
+MAX_LIST_ITEMS = 64  # approvers, approver keys
+
+Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]
+
 
 class SessionOptions(BaseModel):
     """Per-session options given at start (extra keys are kept for custom workflows)."""
@@ -67,24 +80,37 @@ class SessionOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     spec_path: str | None = Field(
-        None, description="Dynamic workflows: the spec's tasks.md or its directory."
+        None,
+        max_length=MAX_PATH_CHARS,
+        description="Dynamic workflows: the spec's tasks.md or its directory.",
     )
-    approvers: list[str] | None = Field(
-        None, description="Overrides every gate's approver allowlist for this session."
+    approvers: list[Name] | None = Field(
+        None,
+        max_length=MAX_LIST_ITEMS,
+        description="Narrows who may approve in this session: where a gate names approvers, "
+        "only those also named here; where it names none, only these. Never widens a gate.",
     )
     max_evidence_bytes: int = Field(
-        DEFAULT_MAX_EVIDENCE_BYTES, gt=0, description="Evidence larger than this is rejected."
+        DEFAULT_MAX_EVIDENCE_BYTES,
+        gt=0,
+        le=MAX_EVIDENCE_BYTES_LIMIT,
+        description="Evidence larger than this is rejected.",
     )
     continue_as_new_after_events: int | None = Field(
         None, gt=0, description="Continue-as-new once history reaches this many events."
     )
     notify_url: str | None = Field(
-        None, description="Webhook for overdue approvals; overrides the gate's approval.notify_url."
+        None,
+        max_length=2048,
+        description="Webhook for overdue approvals; overrides the gate's approval.notify_url.",
     )
     approver_keys: list[ApproverKey] | None = Field(
         None,
-        description="Signed approvers (name + Ed25519 public key). When any are named, by "
-        "these options or by the workflow definition, only signed decisions are accepted.",
+        max_length=MAX_LIST_ITEMS,
+        description="Signed approvers (name + Ed25519 public key). They can only add "
+        "constraints: where the deployment or the definition names keys, these must be among "
+        "them (choosing who of them approves); where none are named, they require signatures "
+        "only if the deployment accepts unsigned approvals.",
     )
     prefetch: bool = Field(
         True,
@@ -93,6 +119,13 @@ class SessionOptions(BaseModel):
         "workflow's history (never in any query, update result or error); set false to keep "
         "a future phase out of history entirely, at the cost of a slower advance.",
     )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SessionOptions:
+        size = len(self.model_dump_json())
+        if size > MAX_OPTIONS_BYTES:
+            raise ValueError(f"options are {size} bytes as JSON; the limit is {MAX_OPTIONS_BYTES}")
+        return self
 
 
 # -- internal to the workflow, but plain data (it is carried across continue-as-new) --
@@ -171,6 +204,12 @@ class SessionPlan(BaseModel):
     unsigned_approvals: bool = Field(
         True, description="Whether this deployment accepts unsigned (name-only) approvals."
     )
+    operator_keys: list[ApproverKey] = Field(
+        default_factory=list, description="Signed operators named by the deployment (controls)."
+    )
+    unsigned_controls: bool = Field(
+        True, description="Whether this deployment accepts unsigned (name-only) controls."
+    )
 
 
 # -- start --
@@ -179,8 +218,8 @@ class SessionPlan(BaseModel):
 class StartSession(BaseModel):
     """Run input of ``GatedSession``. ``carried`` is set only by continue-as-new."""
 
-    workflow_type: str
-    target: str = ""
+    workflow_type: str = Field(max_length=MAX_ID_CHARS)
+    target: str = Field("", max_length=MAX_PATH_CHARS)
     options: SessionOptions = Field(default_factory=SessionOptions)
     carried: dict[str, Any] | None = Field(
         None, description="Internal: the session state carried across continue-as-new."
@@ -191,12 +230,14 @@ class StartSession(BaseModel):
 
 
 class CheckpointSubmission(BaseModel):
-    """Input of update ``submit_checkpoint`` and signal ``checkpoint``."""
+    """Input of update ``submit_checkpoint``."""
 
-    phase: int
+    phase: int = Field(le=MAX_PHASE)
     evidence: dict[str, Any] = Field(default_factory=dict)
     submission_id: str | None = Field(
-        None, description="Idempotency key: a repeat returns the original result."
+        None,
+        max_length=MAX_ID_CHARS,
+        description="Idempotency key: a repeat returns the original result.",
     )
 
 
@@ -238,12 +279,12 @@ class ApprovalDecision(BaseModel):
     """Input of update ``decide_approval``. Sessions with signed approvers require
     ``nonce`` and an Ed25519 ``signature`` over ``domain.signing.canonical_message``."""
 
-    phase: int
-    approver: str
+    phase: int = Field(le=MAX_PHASE)
+    approver: str = Field(max_length=MAX_NAME_CHARS)
     decision: Literal["approve", "reject"]
-    comment: str = ""
-    nonce: str | None = None
-    signature: str | None = None
+    comment: str = Field("", max_length=MAX_TEXT_CHARS)
+    nonce: str | None = Field(None, max_length=64)
+    signature: str | None = Field(None, max_length=128)
 
 
 class ApprovalRecord(BaseModel):
@@ -265,10 +306,18 @@ class AuditEntry(BaseModel):
 
 
 class ControlRequest(BaseModel):
+    """Input of update ``control``. Sessions that name approver or operator keys require
+    ``nonce`` and an Ed25519 ``signature`` by ``actor``'s key over
+    ``domain.signing.canonical_control_message``."""
+
     action: Literal["pause", "resume", "retry_phase", "rollback", "abandon"]
-    reason: str = ""
-    to_phase: int | None = Field(None, description="rollback: the completed phase to return to.")
-    actor: str = ""
+    reason: str = Field("", max_length=MAX_TEXT_CHARS)
+    to_phase: int | None = Field(
+        None, le=MAX_PHASE, description="rollback: the completed phase to return to."
+    )
+    actor: str = Field("", max_length=MAX_NAME_CHARS)
+    nonce: str | None = Field(None, max_length=64)
+    signature: str | None = Field(None, max_length=128)
 
 
 class ControlResult(BaseModel):
@@ -281,12 +330,15 @@ class ControlResult(BaseModel):
 
 
 class PhaseQuery(BaseModel):
-    phase: int
+    phase: int = Field(le=MAX_PHASE)
 
 
 class TaskQuery(BaseModel):
-    phase: int
-    task: str = Field(description="Task id as written ('1.2', 'T003') or its 1-based number.")
+    phase: int = Field(le=MAX_PHASE)
+    task: str = Field(
+        max_length=MAX_ID_CHARS,
+        description="Task id as written ('1.2', 'T003') or its 1-based number.",
+    )
 
 
 class TaskSummary(BaseModel):

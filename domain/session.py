@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from phasegate.domain import session_approvals, session_controls, session_views
+from phasegate.domain import session_approvals, session_controls, session_views, trust
 from phasegate.domain.errors import (
     PayloadTooLarge,
     PhaseSequenceViolation,
@@ -114,6 +114,15 @@ class SessionState(BaseModel):
     unsigned_approvals: bool = Field(
         True, description="Name-only approvals accepted when no approver keys are named."
     )
+    operator_keys: list[ApproverKey] = Field(
+        default_factory=list, description="Signed operators of the deployment (controls)."
+    )
+    unsigned_controls: bool = Field(
+        True, description="Name-only controls accepted when no approver or operator keys."
+    )
+    run_chain: list[str] = Field(
+        default_factory=list, description="Run ids of this session, first to current (bounded)."
+    )
     used_nonces: list[str] = Field(
         default_factory=list, description="Nonces of accepted decisions (replays are refused)."
     )
@@ -133,10 +142,15 @@ class SessionState(BaseModel):
         return self.status in ("awaiting_approval", "approval_overdue")
 
     def allowed_approvers(self) -> list[str]:
-        """Who may decide the current phase's approval ([] means any named person)."""
-        if self.options.approvers is not None:
-            return list(self.options.approvers)
-        return list(self.current.approvers or self.current.gate.approval.approvers)
+        """Who may decide the current phase's approval: the gate's allowlist narrowed by
+        the session's ``approvers`` ([] means any named person; see ``domain.trust``)."""
+        gate = self.current.approvers or self.current.gate.approval.approvers
+        return trust.allowed_approvers(gate, self.options.approvers)
+
+    def nobody_may_approve(self) -> bool:
+        """Whether the session's ``approvers`` leave none of the gate's names."""
+        gate = self.current.approvers or self.current.gate.approval.approvers
+        return trust.narrowed_to_nobody(gate, self.options.approvers)
 
     def requires_approval(self) -> bool:
         return self.current.requires_approval or self.current.gate.approval.required
@@ -456,9 +470,9 @@ class SessionState(BaseModel):
 
     # ---- controls --------------------------------------------------------
 
-    def check_control(self, req: ControlRequest) -> SessionError | None:
-        """Why a control request must be refused, or None. Nothing here moves forward."""
-        return session_controls.check_control(self, req)
+    def check_control(self, req: ControlRequest, session_id: str = "") -> SessionError | None:
+        """Why a control request must be refused (unauthorised, or not applicable), or None."""
+        return session_controls.check_control(self, req, session_id)
 
     def apply_control(self, req: ControlRequest, now: datetime) -> None:
         """Carry out a checked control request and audit it (see ``session_controls``)."""

@@ -61,6 +61,13 @@ def check_decision(
             where="phase",
         )
     allowed = state.allowed_approvers()
+    if state.nobody_may_approve():
+        return ApprovalRefused(
+            f"nobody may approve phase {state.current.index}: this session's approvers "
+            f"({', '.join(state.options.approvers or []) or 'none'}) name none of the gate's",
+            where="approver",
+            hint="start a new session whose --approver names someone the gate allows",
+        )
     if not decision.approver.strip():
         return ApprovalRefused("an approval must name its approver", where="approver")
     if allowed and decision.approver not in allowed:

@@ -12,9 +12,19 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
-__all__ = ["SEARCH_ATTRIBUTES", "TASK_QUEUE", "Settings"]
+__all__ = ["SEARCH_ATTRIBUTES", "TASK_QUEUE", "Settings", "verify_task_queue"]
 
 TASK_QUEUE = "phasegate"
+
+
+def verify_task_queue(task_queue: str) -> str:
+    """The task queue of a session's verify activities: ``<task_queue>-verify``.
+
+    Verify checks run tests and can take minutes; on their own queue, with their own
+    concurrency limit, a backlog of them never delays advances, renders or queries.
+    """
+    return f"{task_queue}-verify"
+
 
 SEARCH_ATTRIBUTES: dict[str, str] = {
     "PhasegateWorkflow": "Keyword",
@@ -63,6 +73,39 @@ class Settings(BaseModel):
         description="JSON list of signed approvers [{name, public_key}] that every session on "
         "this worker requires (PHASEGATE_APPROVER_KEYS). Session options cannot replace them.",
     )
+    operator_keys_file: str | None = Field(
+        None,
+        description="JSON list of signed operators [{name, public_key}] who may pause, resume, "
+        "roll back, retry or abandon any session on this worker (PHASEGATE_OPERATOR_KEYS). "
+        "Approver keys may always sign controls of the sessions they approve.",
+    )
+    allow_unsigned_controls: bool | None = Field(
+        None,
+        description="Accept controls checked by actor name only in sessions that name no "
+        "approver or operator keys (PHASEGATE_ALLOW_UNSIGNED_CONTROLS=1/0). Unset: follows "
+        "allow_unsigned_approvals.",
+    )
+    verify_concurrency: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Verify checks one worker runs at once, on its own task queue "
+        "(PHASEGATE_VERIFY_CONCURRENCY).",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Serve Prometheus metrics of the Temporal runtime and phasegate's counters "
+        "on this port (PHASEGATE_METRICS_PORT; `phasegate worker --metrics-port`).",
+    )
+
+    @property
+    def unsigned_controls(self) -> bool:
+        """Whether name-only controls are accepted where a session names no keys."""
+        if self.allow_unsigned_controls is None:
+            return self.allow_unsigned_approvals
+        return self.allow_unsigned_controls
 
     @property
     def rag_db(self) -> str:
@@ -92,6 +135,18 @@ class Settings(BaseModel):
             standards_dirs=[p for p in env.get("PHASEGATE_STANDARDS", "").split(pathsep) if p],
             context_tokens=int(env.get("PHASEGATE_CONTEXT_TOKENS") or 1200),
             approver_keys_file=env.get("PHASEGATE_APPROVER_KEYS") or None,
-            allow_unsigned_approvals=env.get("PHASEGATE_ALLOW_UNSIGNED_APPROVALS", "").lower()
-            in ("1", "true", "yes"),
+            allow_unsigned_approvals=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_APPROVALS")) is True,
+            operator_keys_file=env.get("PHASEGATE_OPERATOR_KEYS") or None,
+            allow_unsigned_controls=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_CONTROLS")),
+            verify_concurrency=int(env.get("PHASEGATE_VERIFY_CONCURRENCY") or 4),
+            metrics_port=int(env["PHASEGATE_METRICS_PORT"])
+            if env.get("PHASEGATE_METRICS_PORT")
+            else None,
         )
+
+
+def _flag(value: str | None) -> bool | None:
+    """An on/off environment value: None when unset or empty."""
+    if not value:
+        return None
+    return value.strip().lower() in ("1", "true", "yes", "on")

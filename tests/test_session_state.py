@@ -198,14 +198,27 @@ def test_approval_allowlist_and_approve_advances() -> None:
     assert state.approval_due_at is None and state.pending is None
 
 
-def test_session_approvers_override_the_gate() -> None:
-    state = new_state(options=SessionOptions(approvers=["qa"]))
+def test_session_approvers_narrow_the_gate_never_widen_it() -> None:
+    # The gate allows lead and ops; the session narrows to ops.
+    state = new_state(options=SessionOptions(approvers=["ops", "qa"]))
     submit(state, 0, GOOD[0])
     assert submit(state, 1, GOOD[1]).awaiting_approval
-    assert state.allowed_approvers() == ["qa"]
-    with pytest.raises(ApprovalRefused):
-        decide(state, "lead")
-    assert decide(state, "qa")
+    assert state.allowed_approvers() == ["ops"]
+    for outsider in ("lead", "qa"):  # qa is named by the session but not by the gate
+        with pytest.raises(ApprovalRefused):
+            decide(state, outsider)
+    assert decide(state, "ops")
+
+
+def test_session_approvers_naming_none_of_the_gates_lock_the_approval() -> None:
+    # A starter naming only itself must not become an approver: nobody may decide.
+    state = new_state(options=SessionOptions(approvers=["agent"]))
+    submit(state, 0, GOOD[0])
+    assert submit(state, 1, GOOD[1]).awaiting_approval
+    assert state.nobody_may_approve()
+    for who in ("agent", "lead"):
+        with pytest.raises(ApprovalRefused, match="nobody may approve"):
+            decide(state, who)
 
 
 def test_nothing_to_approve_is_refused() -> None:

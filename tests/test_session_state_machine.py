@@ -63,13 +63,14 @@ class SessionMachine(RuleBasedStateMachine):
 
     @initialize(
         policy=st.sampled_from(["unsigned", "unsigned", "signed", "signed", "closed"]),
-        override=st.sampled_from([None, None, ["ops"], []]),
+        override=st.sampled_from([None, None, ["ops"], ["ops", "agent"], ["agent"], []]),
         start_at=st.integers(0, N - 1),
     )
     def start(self, policy: str, override: list[str] | None, start_at: int) -> None:
         # closed: signed approvals only, and no keys named, so no decision is ever accepted
         self.signed = policy == "signed"
         self.unsigned_ok = policy == "unsigned"
+        self.override = override
         self.state = new_state(
             options=SessionOptions(max_evidence_bytes=MAX_EVIDENCE, approvers=override),
             approver_keys=[s.key for s in SIGNERS.values()] if self.signed else [],
@@ -349,9 +350,18 @@ class SessionMachine(RuleBasedStateMachine):
             d = ApprovalDecision(phase=phase, approver=approver, decision="approve", comment="ok")
             d = d.model_copy(update=signed if self.signed else {})
             if state.check_decision(d, SESSION_ID) is not None:
-                assert not self.signed and not self.unsigned_ok  # closed: nobody can approve
+                # closed, or the session's approvers name none of the gate's: nobody can
+                assert (not self.signed and not self.unsigned_ok) or not self.may_approve()
                 return
             assert state.decide(d, PHASES[phase + 1], self.now)
+
+    def may_approve(self) -> list[str]:
+        """Who may decide the current phase: the gate's names, only narrowed by the
+        session's (never widened); ``["*"]``-like any-name when both name nobody."""
+        gate = self.state.current.approvers or self.state.current.gate.approval.approvers
+        if self.override is None:
+            return list(gate) or list(SIGNERS) + ["anyone", "mallory"]
+        return [a for a in gate if a in self.override] if gate else list(self.override)
 
     def tick(self, seconds: int) -> None:
         self.now += timedelta(seconds=seconds)
@@ -373,8 +383,7 @@ class SessionMachine(RuleBasedStateMachine):
             return False
         if not d.approver.strip():
             return False
-        allowed = state.allowed_approvers()
-        if allowed and d.approver not in allowed:
+        if not self.may_approve() or d.approver not in self.may_approve():
             return False
         if not self.signed:
             return self.unsigned_ok

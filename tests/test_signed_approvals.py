@@ -14,7 +14,7 @@ import pytest
 from fixture_evidence import GOOD_0
 
 from phasegate.client import keys
-from phasegate.domain.errors import ApprovalRefused
+from phasegate.domain.errors import ApprovalRefused, SessionError
 from phasegate.domain.messages import SessionOptions
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,20 +82,18 @@ async def test_only_valid_signatures_pass(session_env, tmp_path, keydir):
         await pg.decide(sid, approver="alice", decision="approve", phase=2, **good)
 
 
-async def test_unknown_key_when_no_allowlist(session_env, tmp_path, keydir):
+async def test_unknown_key_of_an_allowed_name(session_env, tmp_path, keydir):
     pg, _ = session_env
-    alice = keys.new_key("alice", directory=keydir)
-    keys.new_key("mallory", directory=keydir)
-    sid = await pg.start(
-        "mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice], approvers=[])
-    )
+    bob = keys.new_key("bob", directory=keydir)
+    keys.new_key("alice", directory=keydir)  # allowed by the gate, but not a key of the session
+    sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[bob]))
     await _awaiting(pg, sid)
     nonce, sig = keys.sign_decision(
-        "mallory", session_id=sid, phase=1, decision="approve", directory=keydir
+        "alice", session_id=sid, phase=1, decision="approve", directory=keydir
     )
     with pytest.raises(ApprovalRefused) as err:
         await pg.decide(
-            sid, approver="mallory", decision="approve", phase=1, nonce=nonce, signature=sig
+            sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
         )
     assert "unknown approver" in str(err.value)
 
@@ -191,34 +189,40 @@ async def test_deployment_keys_cannot_be_replaced_by_the_starter(
 
     from phasegate.client.api import PhasegateClient
 
-    lead = keys.new_key("lead", directory=keydir)
+    alice = keys.new_key("alice", directory=keydir)
     agent_dir = tmp_path / "agent"
-    agent_key = keys.new_key("lead", directory=agent_dir)  # same name, the agent's own key pair
+    agent_key = keys.new_key("alice", directory=agent_dir)  # same name, the agent's own key pair
     keys_file = tmp_path / "approvers.json"
-    keys_file.write_text(_json.dumps([lead.model_dump()]))
+    keys_file.write_text(_json.dumps([alice.model_dump()]))
     fixtures = REPO / "tests" / "fixtures" / "library"
     settings = settings_for(fixtures, approver_keys_file=str(keys_file))
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
+        # The agent names its own key under the approver's name: the start is refused.
+        with pytest.raises(SessionError, match="not one this deployment or workflow names"):
+            await pg.start(
+                "mini_v1",
+                str(tmp_path),
+                options=SessionOptions(approver_keys=[agent_key], approvers=["alice"]),
+            )
+        # Naming the deployment's own key only chooses among them; signing needs alice's key.
         sid = await pg.start(
-            "mini_v1",
-            str(tmp_path),
-            options=SessionOptions(approver_keys=[agent_key], approvers=["lead"]),
+            "mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice])
         )
         await _awaiting(pg, sid)
         nonce, sig = keys.sign_decision(
-            "lead", session_id=sid, phase=1, decision="approve", directory=agent_dir
+            "alice", session_id=sid, phase=1, decision="approve", directory=agent_dir
         )
         with pytest.raises(ApprovalRefused) as err:
             await pg.decide(
-                sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig
+                sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
             )
         assert "does not match" in str(err.value)
         nonce, sig = keys.sign_decision(
-            "lead", session_id=sid, phase=1, decision="approve", directory=keydir
+            "alice", session_id=sid, phase=1, decision="approve", directory=keydir
         )
         view = await pg.decide(
-            sid, approver="lead", decision="approve", phase=1, nonce=nonce, signature=sig
+            sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
         )
         assert view.current_phase == 2
 
@@ -239,11 +243,19 @@ async def test_default_deployment_refuses_name_only_approvals(
             await pg.decide(sid, approver="alice", decision="approve", phase=1)
         assert "only signed approvals" in str(err.value)
         assert (await pg.status(sid)).status == "awaiting_approval"
-        # Naming a signed approver at start is how such a deployment runs approval gates.
+        # A key named at start would let whoever started the session approve it: refused.
         alice = keys.new_key("alice", directory=keydir)
-        signed_sid = await pg.start(
-            "mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice])
-        )
+        with pytest.raises(SessionError, match="names none"):
+            await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice]))
+    # Keys the deployment names are how such a deployment runs approval gates.
+    settings = settings_for(
+        fixtures,
+        allow_unsigned_approvals=False,
+        approver_keys_file=alice.model_dump_json(),  # one exported object, as JSON text
+    )
+    async with run_worker(settings):
+        pg = PhasegateClient(env.client, settings.task_queue)
+        signed_sid = await pg.start("mini_v1", str(tmp_path))
         await _awaiting(pg, signed_sid)
         nonce, sig = keys.sign_decision(
             "alice", session_id=signed_sid, phase=1, decision="approve", directory=keydir

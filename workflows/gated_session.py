@@ -110,10 +110,12 @@ class GatedSession:
                 current=plan.first_phase,
                 started_at=now,
                 updated_at=now,
-                # Keys from the deployment or the definition bind every session; only
-                # where there are none may the starter name signed approvers.
-                approver_keys=plan.approver_keys or list(start.options.approver_keys or []),
+                # Who may approve and control is the deployment's and the definition's
+                # call; the starter's options can only narrow it (domain.trust).
+                approver_keys=plan.approver_keys,
                 unsigned_approvals=plan.unsigned_approvals,
+                operator_keys=plan.operator_keys,
+                unsigned_controls=plan.unsigned_controls,
             )
         self._publish()
         self._start_prefetch()
@@ -344,7 +346,7 @@ class GatedSession:
         state = self._state
         assert state is not None
         async with self._lock:
-            problem = state.check_control(req)
+            problem = state.check_control(req, workflow.info().workflow_id)
             if problem is not None:
                 raise application_error(problem, non_retryable=False)
             state.apply_control(req, workflow.now())
@@ -360,7 +362,7 @@ class GatedSession:
     def _validate_control(self, req: ControlRequest) -> None:
         if self._state is None:
             raise _starting()
-        problem = self._state.check_control(req)
+        problem = self._state.check_control(req, workflow.info().workflow_id)
         if problem is not None:
             raise application_error(problem, non_retryable=False)
 
