@@ -11,32 +11,36 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
-import re
 import subprocess
 import threading
-from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 
+from phasegate.activities._phase_render import (
+    phase_context,
+    render_static_phase,
+    task_context,
+)
+from phasegate.activities._spec_input import (
+    PHASE_LIMIT,
+    check_phase_size,
+    dynamic_gate,
+    load_spec,
+    spec_roots,
+)
 from phasegate.activities.library import (
     WorkflowDir,
     example_evidence,
     find_workflow,
-    first_heading,
     load_gate_file,
-    read_text,
-    served_tasks,
     static_phase_dir,
     tree_stamp,
 )
 from phasegate.activities.rag import Retriever
-from phasegate.activities.snapshots import SnapshotStore, resolve_spec_path
-from phasegate.activities.templates import LEGACY_PLACEHOLDERS, Renderer
-from phasegate.domain.errors import DefinitionError, PhasegateError, TemplateNotFound
-from phasegate.domain.gate_fallback import gate_from_checklist
-from phasegate.domain.gates import GateDefinition, GateRule
-from phasegate.domain.library import LibraryIssue, phase_overview
+from phasegate.activities.snapshots import SPEC_LIMIT, SnapshotStore
+from phasegate.activities.templates import Renderer
+from phasegate.domain.errors import DefinitionError, PhasegateError
 from phasegate.domain.messages import (
     DefinitionRef,
     LoadSessionRequest,
@@ -47,7 +51,8 @@ from phasegate.domain.messages import (
 )
 from phasegate.domain.rag import RetrievalQuery, context_sections, pack
 from phasegate.domain.signing import ApproverKey
-from phasegate.domain.spec import ParsedSpec, SpecPhase
+from phasegate.domain.spec import ParsedSpec
+from phasegate.domain.trust import session_keys
 from phasegate.temporal import application_error
 
 __all__ = ["DefinitionActivities", "example_evidence", "render_static_phase"]
@@ -59,6 +64,10 @@ class DefinitionActivities:
     Args:
         library_paths: Library folders searched in order.
         home: phasegate's data folder (spec snapshots live under it).
+        spec_roots: Folders a spec may be read from besides the session's target.
+        max_spec_bytes: Largest tasks.md read.
+        max_phase_bytes: Largest rendered phase (JSON) served; a larger one is refused
+            with a ``DefinitionError`` that says to split it.
     """
 
     def __init__(
@@ -71,16 +80,27 @@ class DefinitionActivities:
         context_k: int = 5,
         approver_keys: list[ApproverKey] | None = None,
         allow_unsigned_approvals: bool = False,
+        operator_keys: list[ApproverKey] | None = None,
+        allow_unsigned_controls: bool | None = None,
+        spec_roots: list[str] | None = None,
+        max_spec_bytes: int = SPEC_LIMIT,
+        max_phase_bytes: int = PHASE_LIMIT,
     ) -> None:
+        self.spec_roots = list(spec_roots or [])
+        self.max_phase_bytes = max_phase_bytes
         self.allow_unsigned_approvals = allow_unsigned_approvals
+        self.allow_unsigned_controls = (
+            allow_unsigned_approvals if allow_unsigned_controls is None else allow_unsigned_controls
+        )
         self.deployment_keys = list(approver_keys or [])
+        self.operator_keys = list(operator_keys or [])
         self.retriever = retriever
         self.context_tokens = context_tokens
         self.context_k = context_k
         self.library_paths = list(library_paths)
         self._rendered: dict[tuple[str, int], tuple[tuple[int, int], PhaseDefinition]] = {}
         self._cache_lock = threading.Lock()
-        self.snapshots = SnapshotStore(home)
+        self.snapshots = SnapshotStore(home, max_spec_bytes=max_spec_bytes)
         self.renderer = Renderer()
         # Warms this process's caches (compiled templates, gates) for the phase after
         # the one just rendered. Worker memory only: nothing reaches history, so a
@@ -189,9 +209,8 @@ class DefinitionActivities:
                     where=f"options.{key}",
                     hint=f"start it with options.{key} set to the spec's tasks.md or its folder",
                 )
-            spec_file = resolve_spec_path(str(raw), req.target)
-            spec = self.snapshots.take(spec_file)
-            snapshot_id, spec_source = spec.sha256, str(spec_file.resolve())
+            spec, spec_source = load_spec(self.snapshots, str(raw), req.target, self.spec_roots)
+            snapshot_id = spec.sha256
             total = static_count + len(spec.phases)
         if total == 0:
             raise DefinitionError(
@@ -211,8 +230,14 @@ class DefinitionActivities:
             description=meta.description,
             ref=ref,
             first_phase=self.build_phase(wf, ref, 0),
-            approver_keys=[*self.deployment_keys, *_approver_keys(meta, wf)],
+            approver_keys=session_keys(
+                [*self.deployment_keys, *_approver_keys(meta, wf)],
+                req.options.approver_keys,
+                unsigned_allowed=self.allow_unsigned_approvals,
+            ),
             unsigned_approvals=self.allow_unsigned_approvals,
+            operator_keys=self.operator_keys,
+            unsigned_controls=self.allow_unsigned_controls,
         )
 
     def build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:
@@ -240,10 +265,20 @@ class DefinitionActivities:
             "total_phases": ref.total_phases,
         }
         if index < ref.static_phase_count:
-            return self._static_phase(wf, session, index)
-        assert ref.snapshot_id is not None
-        spec = self.snapshots.get(ref.snapshot_id, ref.spec_source)
-        return self._dynamic_phase(wf, session, spec, index, index - ref.static_phase_count)
+            phase = self._static_phase(wf, session, index)
+            meta_phase = wf.metadata.static_phases[index]
+            where = str(static_phase_dir(wf.path, meta_phase))
+        else:
+            assert ref.snapshot_id is not None
+            roots = spec_roots(ref.target, self.spec_roots)
+            spec = self.snapshots.get(ref.snapshot_id, ref.spec_source, roots=roots)
+            spec_index = index - ref.static_phase_count
+            phase = self._dynamic_phase(wf, session, spec, index, spec_index)
+            where = f"{spec.source}:{spec.phases[spec_index].line}"
+        check_phase_size(
+            phase, self.max_phase_bytes, where=where, spec=index >= ref.static_phase_count
+        )
+        return phase
 
     def _static_phase(
         self, wf: WorkflowDir, session: dict[str, Any], index: int
@@ -274,7 +309,7 @@ class DefinitionActivities:
             "tasks": tasks,
             "validation_gate": list(sp.validation_gate),
         }
-        ctx = _context(session, phase_ctx, index)
+        ctx = phase_context(session, phase_ctx, index)
         ctx["spec"] = {"title": spec.title, "source": spec.source}
         content = self.renderer.render(wf.path / cfg.templates["phase"], ctx)
         task_tpl = wf.path / cfg.templates["task"]
@@ -283,7 +318,7 @@ class DefinitionActivities:
                 id=t["id"],
                 number=t["number"],
                 name=t["name"],
-                content=self.renderer.render(task_tpl, _task_context(ctx, t)),
+                content=self.renderer.render(task_tpl, task_context(ctx, t)),
                 status=t["status"],
                 optional=t["optional"],
             )
@@ -297,157 +332,8 @@ class DefinitionActivities:
             name=sp.name,
             content=content,
             tasks=rendered,
-            gate=_dynamic_gate(base, sp, source=f"{spec.source}:{sp.line}"),
+            gate=dynamic_gate(base, sp, source=f"{spec.source}:{sp.line}"),
         )
-
-
-def render_static_phase(
-    renderer: Renderer, wf: WorkflowDir, session: dict[str, Any], index: int
-) -> tuple[PhaseDefinition, list[LibraryIssue]]:
-    """Static phase ``index`` as prAxIs serves it: tasks from its ``task-N-*.md`` files,
-    an overview when ``phase.md`` is absent, and files that are not Jinja2 templates
-    served verbatim. Also returns a warning for each of those substitutions.
-
-    Raises:
-        DefinitionError: the phase has neither ``phase.md`` nor task files, or its gate
-            file is invalid.
-    """
-    meta_phase = wf.metadata.static_phases[index]
-    pdir = static_phase_dir(wf.path, meta_phase)
-    phase_md = pdir / "phase.md"
-    served = served_tasks(wf.path, meta_phase)[0] if pdir.is_dir() else []
-    issues: list[LibraryIssue] = []  # disagreements with metadata.json: workflow_issues()
-    if not phase_md.is_file() and not served:
-        raise DefinitionError(
-            "the phase cannot be served: no phase.md and no task-N-*.md files",
-            where=str(phase_md),
-            hint="add phase.md or task files to the folder, or fix phase_number in metadata.json",
-        )
-    label = str(meta_phase.phase_number)
-    phase_ctx = {
-        "number": index,
-        "label": label,
-        "name": meta_phase.phase_name,
-        "description": meta_phase.purpose,
-        "estimated_duration": meta_phase.estimated_effort,
-        "tasks": [{**s.meta.model_dump(), "id": s.id} for s in served],
-        "validation_gate": list(getattr(meta_phase, "validation_criteria", None) or []),
-    }
-    ctx = _context(session, phase_ctx, index)
-    text = ""
-    if phase_md.is_file():
-        content = text = _render(renderer, phase_md, ctx, issues)
-    else:
-        content = phase_overview(label, meta_phase, served)
-    tasks = []
-    for k, s in enumerate(served, start=1):
-        task_ctx = {**s.meta.model_dump(), "id": s.id, "number": k}
-        body = _render(renderer, pdir / s.file, _task_context(ctx, task_ctx), issues)
-        name = s.meta.name or first_heading(body)
-        tasks.append(RenderedTask(id=s.id, number=k, name=name, content=body))
-    gate_file = pdir / "gate-definition.yaml"
-    gate = load_gate_file(gate_file, fallback_markdown=text)
-    if not gate_file.is_file() and text and not gate.fields:
-        issues.append(LibraryIssue("warning", str(phase_md), "no gate-definition.yaml and no "
-                                   "requirements found in phase.md", "any evidence passes, as "
-                                   "in prAxIs' permissive fallback"))  # fmt: skip
-    phase = PhaseDefinition(
-        example_evidence=example_evidence(content),
-        index=index,
-        label=label,
-        name=meta_phase.phase_name or f"Phase {label}",
-        content=content,
-        tasks=tasks,
-        gate=gate,
-        requires_approval=meta_phase.requires_approval,
-        approvers=list(meta_phase.approvers),
-    )
-    return phase, issues
-
-
-_LEGACY = re.compile(r"\[(" + "|".join(LEGACY_PLACEHOLDERS) + r")\]")
-
-
-def _render(renderer: Renderer, path: Path, ctx: dict[str, Any], issues: list[LibraryIssue]) -> str:
-    """Render ``path``; a prAxIs file that is not a valid Jinja2 template for phasegate
-    (``{{ task_name }}`` in an example, say) is served as written, legacy names filled."""
-    try:
-        return renderer.render(path, ctx)
-    except TemplateNotFound:
-        raise
-    except DefinitionError as exc:
-        legacy = ctx["legacy"]
-        text = _LEGACY.sub(lambda m: str(legacy.get(m.group(1), m.group(0))), read_text(path))
-        issues.append(LibraryIssue("warning", exc.where or str(path), exc.message,
-                                   "served verbatim with [PLACEHOLDER] names filled, "
-                                   "as prAxIs serves it"))  # fmt: skip
-        return text
-
-
-def _context(session: dict[str, Any], phase: dict[str, Any], index: int) -> dict[str, Any]:
-    total = session["total_phases"]
-    gate_items = phase["validation_gate"]
-    return {
-        "session": session,
-        "phase": phase,
-        "spec": {"title": "", "source": ""},
-        "task_count": len(phase["tasks"]),
-        "next_phase_number": index + 1 if index + 1 < total else None,
-        "legacy": {
-            "PHASE_NUMBER": index,
-            "PHASE_NAME": phase["name"],
-            "PHASE_DESCRIPTION": phase["description"],
-            "ESTIMATED_DURATION": phase["estimated_duration"] or "not estimated",
-            "TASK_COUNT": len(phase["tasks"]),
-            "NEXT_PHASE_NUMBER": index + 1 if index + 1 < total else "none (last phase)",
-            "VALIDATION_GATE": "\n".join(f"- [ ] {item}" for item in gate_items) or "- none",
-        },
-    }
-
-
-def _task_context(ctx: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
-    count = ctx["task_count"]
-    nxt = task["number"] + 1 if task["number"] < count else None
-    legacy = {
-        **ctx["legacy"],
-        "TASK_ID": task.get("id", ""),
-        "TASK_NAME": task.get("name", ""),
-        "TASK_DESCRIPTION": task.get("description") or task.get("purpose", ""),
-        "ESTIMATED_TIME": task.get("estimated_time") or "not estimated",
-        "DEPENDENCIES": ", ".join(task.get("dependencies") or []) or "None",
-        "ACCEPTANCE_CRITERIA": "\n".join(f"- {c}" for c in task.get("acceptance_criteria") or [])
-        or "- none stated",
-        "NEXT_TASK_NUMBER": nxt if nxt is not None else "none (last task of the phase)",
-    }
-    return {**ctx, "task": task, "next_task_number": nxt, "legacy": legacy}
-
-
-def _dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDefinition:
-    """Base dynamic gate + one boolean per validation-gate item + required task ids."""
-    items = gate_from_checklist(sp.validation_gate, source=source)
-    fields = {**base.fields, **{k: v for k, v in items.fields.items() if k not in base.fields}}
-    rules = list(base.rules) + list(items.rules)
-    required_ids = [t.id for t in sp.tasks if not t.optional]
-    if "tasks_completed" in fields and required_ids:
-        # One rule per 100 ids keeps each expression well under the evaluator's size limit.
-        chunks = [required_ids[i : i + 100] for i in range(0, len(required_ids), 100)]
-        for n, ids in enumerate(chunks, start=1):
-            rules.append(
-                GateRule(
-                    name="all_required_tasks_completed" + (f"_{n}" if len(chunks) > 1 else ""),
-                    expr=" and ".join(f"{t!r} in tasks_completed" for t in ids),
-                    message="tasks_completed must list every required task of this phase: "
-                    + ", ".join(ids),
-                )
-            )
-    return base.model_copy(
-        update={
-            "fields": fields,
-            "rules": rules,
-            "validators": {**items.validators, **base.validators},
-            "source": f"{base.source} + validation gate at {source}",
-        }
-    )
 
 
 def _git_head(target: str) -> str | None:

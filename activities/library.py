@@ -27,6 +27,7 @@ import yaml
 from markdown_it import MarkdownIt
 from pydantic import ValidationError
 
+from phasegate.activities import _safe_read as safe_read
 from phasegate.domain.errors import (
     DefinitionError,
     GateDefinitionError,
@@ -46,7 +47,11 @@ from phasegate.domain.library import (
 
 T = TypeVar("T")
 
+LIBRARY_FILE_LIMIT = safe_read.MiB
+"""Largest library file read (metadata.json, phase.md, task files, gates, templates)."""
+
 __all__ = [
+    "LIBRARY_FILE_LIMIT",
     "WorkflowDir",
     "example_evidence",
     "find_workflow",
@@ -55,6 +60,7 @@ __all__ = [
     "list_workflows",
     "load_gate_file",
     "load_metadata",
+    "present",
     "read_text",
     "served_tasks",
     "static_phase_dir",
@@ -107,7 +113,7 @@ def _phase_numbers(workflow_dir: Path) -> list[int]:
 
 def is_workflow_dir(path: Path) -> bool:
     """A folder with ``metadata.json``, or (prAxIs fallback) numbered ``phases/N/`` folders."""
-    return (path / "metadata.json").is_file() or bool(_phase_numbers(path))
+    return present(path / "metadata.json") or bool(_phase_numbers(path))
 
 
 def _workflow_dirs(lib: Path) -> list[Path]:
@@ -150,23 +156,40 @@ def find_workflow(workflow_type: str, library_paths: list[str]) -> WorkflowDir:
     )
 
 
-def read_text(path: Path) -> str:
-    """Read a definition file, raising ``TemplateNotFound`` naming the path."""
+def read_text(path: Path, *, limit: int = LIBRARY_FILE_LIMIT) -> str:
+    """Read a definition file through the bounded reader (``activities._safe_read``):
+    a regular file of at most ``limit`` bytes, UTF-8.
+
+    Raises:
+        TemplateNotFound: The file does not exist.
+        DefinitionError: It is a pipe, device, socket or folder, too large, unreadable
+            or not UTF-8; names the path.
+    """
     try:
-        return path.read_text(encoding="utf-8")
+        return safe_read.read_text(
+            path,
+            limit=limit,
+            what="library file",
+            hint="library files must be regular UTF-8 files of at most "
+            f"{safe_read.size_text(limit)}; replace it or split it",
+        )
     except FileNotFoundError:
         raise TemplateNotFound(
             "file not found", where=str(path), hint="create it or fix the name in metadata.json"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DefinitionError(f"cannot read file: {exc}", where=str(path)) from None
+
+
+def present(path: Path) -> bool:
+    """Whether anything is at ``path``. A FIFO or folder named ``gate-definition.yaml`` is
+    present (and then refused by :func:`read_text`), never silently taken as absent."""
+    return os.path.lexists(path)
 
 
 def load_metadata(workflow_dir: Path) -> WorkflowMetadata:
     """Parse ``metadata.json``. The folder name is the workflow type (as in prAxIs); a
     folder without ``metadata.json`` gets one phase per ``phases/N/`` folder."""
     path = workflow_dir / "metadata.json"
-    if not path.is_file() and _phase_numbers(workflow_dir):
+    if not present(path) and _phase_numbers(workflow_dir):
         return _synthesized(workflow_dir)
     return _memo("metadata", path, lambda: _load_metadata(workflow_dir, path))
 
@@ -206,7 +229,7 @@ def static_phase_dir(workflow_dir: Path, phase: PhaseMetadata) -> Path:
 
 def load_gate_file(path: Path, *, fallback_markdown: str | None = None) -> GateDefinition:
     """Load ``gate-definition.yaml``; without one, parse requirements from the phase text."""
-    if not path.is_file():
+    if not present(path):
         if fallback_markdown is None:
             return GateDefinition(source=f"{path} (absent)")
         return gate_from_markdown(
@@ -232,7 +255,8 @@ def served_tasks(
     """The phase's tasks as prAxIs serves them (its ``task-N-*.md`` files), with a warning
     for each disagreement with ``metadata.json``."""
     pdir = static_phase_dir(workflow_dir, phase)
-    files = [f.name for f in pdir.iterdir() if f.is_file()] if pdir.is_dir() else []
+    # Anything but a folder: a FIFO task file is then refused when read, not skipped.
+    files = [f.name for f in pdir.iterdir() if not f.is_dir()] if pdir.is_dir() else []
     meta = load_metadata(workflow_dir)
     k = next((i for i, p in enumerate(meta.phases) if p.phase_number == phase.phase_number), 0)
     return reconcile_tasks(
@@ -258,7 +282,7 @@ def workflow_issues(workflow_dir: Path) -> list[LibraryIssue]:
     """
     meta_file = workflow_dir / "metadata.json"
     issues: list[LibraryIssue] = []
-    if not meta_file.is_file():
+    if not present(meta_file):
         numbers = ", ".join(map(str, _phase_numbers(workflow_dir)))
         issues.append(_warn(meta_file, "absent",
                             f"phases taken from the phases/N/ folders ({numbers}), "
@@ -292,17 +316,17 @@ def _phase_issues(workflow_dir: Path, phase: PhaseMetadata) -> list[LibraryIssue
         return [LibraryIssue("error", str(pdir), f"phase {phase.phase_number} "
                              f"({phase.phase_name or 'unnamed'}) has no folder", unservable)]  # fmt: skip
     served, issues = served_tasks(workflow_dir, phase)
-    has_md = (pdir / "phase.md").is_file()
+    has_md = present(pdir / "phase.md")
     if not has_md and not served:
         return [LibraryIssue("error", str(pdir / "phase.md"),
                              "absent, and the folder has no task-N-*.md files", unservable)]  # fmt: skip
     if not has_md:
-        source = "metadata.json and " if (workflow_dir / "metadata.json").is_file() else ""
+        source = "metadata.json and " if present(workflow_dir / "metadata.json") else ""
         issues.append(_warn(pdir / "phase.md", "absent",
                             f"the phase is served from an overview built from {source}"
                             f"its {len(served)} task file(s)"))  # fmt: skip
     gate = pdir / "gate-definition.yaml"
-    if not gate.is_file():
+    if not present(gate):
         if has_md:
             issues.append(_warn(gate, "absent", "requirements parsed from phase.md"))
         else:

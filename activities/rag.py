@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -35,7 +36,9 @@ from markdown_it import MarkdownIt
 from pydantic import BaseModel
 from temporalio import activity
 
-from phasegate.activities.library import list_workflows
+from phasegate.activities import _safe_read as safe_read
+from phasegate.activities.library import LIBRARY_FILE_LIMIT, list_workflows
+from phasegate.domain.errors import DefinitionError
 from phasegate.domain.rag import (
     Chunk,
     ChunkMeta,
@@ -335,9 +338,10 @@ class FtsIndex:
         if known and known[1:] == (st.st_mtime_ns, st.st_size, meta_key):
             report.skipped_files += 1
             return next_id
-        try:
-            raw = Path(path).read_bytes()
-        except OSError:
+        try:  # bounded: a FIFO or a huge file among the docs is skipped, never read
+            raw = safe_read.read_bytes(path, limit=LIBRARY_FILE_LIMIT, what="document")
+        except (OSError, DefinitionError) as exc:
+            logging.getLogger(__name__).warning("not indexed: %s", exc)
             return next_id
         sha = hashlib.sha256(raw).hexdigest()
         row = (sha, st.st_mtime_ns, st.st_size, meta_key, path)

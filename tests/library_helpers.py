@@ -210,7 +210,10 @@ def dynamic_ctx(*, last: bool = False, bare: bool = False) -> dict[str, Any]:
 
 def engine_phases(tmp_path: Path, workflow: str, spec: str | None = None) -> list[Any]:
     """Every phase of a session as the worker's activities build it (no server)."""
-    acts = DefinitionActivities([str(LIBRARY)], str(tmp_path / "home"))
+    # The target is a name only (no folder): the spec is allowed through spec_roots.
+    acts = DefinitionActivities(
+        [str(LIBRARY)], str(tmp_path / "home"), spec_roots=[str(ROOT / "examples")]
+    )
     options = SessionOptions(spec_path=str(ROOT / spec)) if spec else SessionOptions()
     plan = acts.plan(
         LoadSessionRequest(workflow_type=workflow, target="src/todo_api", options=options)

@@ -12,6 +12,7 @@ folders built here.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -297,7 +298,8 @@ def test_legacy_placeholders_are_filled_when_served_verbatim(tmp_path: Path) -> 
 def _engine_phases(tmp_path: Path, workflow: str, spec: Path | None = None) -> list[Any]:
     acts = DefinitionActivities([str(PRAXIS)], str(tmp_path / "home"))
     options = SessionOptions(spec_path=str(spec)) if spec else SessionOptions()
-    plan = acts.plan(LoadSessionRequest(workflow_type=workflow, target="", options=options))
+    target = str(spec) if spec else ""  # a spec is read from inside the session's target
+    plan = acts.plan(LoadSessionRequest(workflow_type=workflow, target=target, options=options))
     wf = find_workflow(workflow, [str(PRAXIS)])
     return [acts.build_phase(wf, plan.ref, i) for i in range(plan.ref.total_phases)]
 
@@ -311,7 +313,10 @@ async def test_session_walks_to_completed(workflow: str, settings_for, run_worke
     settings = settings_for(PRAXIS)
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
-        options = SessionOptions(spec_path=str(SPEC)) if workflow == "spec_execution_v1" else None
+        options = None
+        if workflow == "spec_execution_v1":  # a spec is read from inside the target
+            shutil.copytree(SPEC, tmp_path / "spec")
+            options = SessionOptions(spec_path=str(tmp_path / "spec"))
         sid = await pg.start(workflow, str(tmp_path), options=options)
         agent = ScriptedAgent(pg, approve=unsigned_approver("lead"))
         final = await agent.walk(sid)

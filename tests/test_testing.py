@@ -5,6 +5,7 @@ approvals with a real key."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,7 +35,10 @@ async def test_scripted_agent_walks_every_shipped_workflow(
     # test_generation_v3 runs `python3 -m pytest` in the workspace: this venv's python.
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     target = workspace_for(workflow_type, tmp_path)
-    options = SessionOptions(spec_path=str(SPEC)) if workflow_type == "spec_execution_v1" else None
+    options = None
+    if workflow_type == "spec_execution_v1":  # a spec is read from inside the target
+        shutil.copytree(SPEC, target / "spec")
+        options = SessionOptions(spec_path=str(target / "spec"))
     sid = await pg.start(workflow_type, str(target), options=options)
     agent = ScriptedAgent(pg, known_good(workflow_type), approve=unsigned_approver("lead"))
     final = await agent.walk(sid)

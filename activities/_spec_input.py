@@ -1,0 +1,161 @@
+"""Where a session's spec may come from, the gate a spec phase gets, and the size a
+rendered phase may reach.
+
+``options.spec_path`` is start input: whoever starts a session chooses it, an agent
+included (trust level 1, the MCP ``start_session`` tool). It is read on the worker,
+so it is held to the session's own folder:
+
+* a relative path is taken against the target; a folder means its ``tasks.md``
+  (nothing else in the folder is read);
+* the real path (symlinks and ``..`` resolved) must lie inside the target, or inside
+  one of the worker's extra spec roots; a symlink inside the target that stays
+  inside is fine, one that leads out is refused, checked on the file actually opened;
+* the file must be a regular UTF-8 file of at most ``max_spec_bytes`` (see
+  ``activities._safe_read``): ``/dev/zero``, a named pipe or a 50 MB file is refused
+  at once, without reading it.
+
+Every refusal is a ``DefinitionError`` (never retried), so the session's start fails
+with the reason. The target itself is start input too: the containment keeps a read
+inside the project the session works on, it does not stop a starter who names ``/``
+as the target (bound targets in the deployment for that).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from phasegate.activities import _safe_read as safe_read
+from phasegate.activities.snapshots import SnapshotStore
+from phasegate.domain.errors import DefinitionError
+from phasegate.domain.gate_fallback import gate_from_checklist
+from phasegate.domain.gates import GateDefinition, GateRule
+from phasegate.domain.messages import PhaseDefinition
+from phasegate.domain.spec import ParsedSpec, SpecPhase
+
+__all__ = ["PHASE_LIMIT", "check_phase_size", "dynamic_gate", "load_spec", "spec_roots"]
+
+PHASE_LIMIT = 512 * safe_read.KiB
+"""Largest rendered phase (its JSON) served; a 700-task phase renders to about 2 MB."""
+
+
+def spec_roots(target: str, extra: list[str]) -> list[Path]:
+    """The folders a spec may be read from: the target (when it is a folder) and ``extra``."""
+    roots = [target] if target and Path(target).is_dir() else []
+    return [safe_read.real_path(r) for r in [*roots, *extra] if r and Path(r).is_dir()]
+
+
+def _hint(target: str) -> str:
+    where = f"the target {target}" if target else "the target"
+    return (
+        f"spec_path must be a regular file or folder inside {where}; pass --spec (MCP: "
+        "spec_path) with a path inside --target, or list its folder in the worker's "
+        "PHASEGATE_SPEC_ROOTS"
+    )
+
+
+def load_spec(
+    store: SnapshotStore, raw: str, target: str, extra_roots: list[str]
+) -> tuple[ParsedSpec, str]:
+    """Resolve ``raw`` (``options.spec_path``), read it within bounds and snapshot it.
+
+    Args:
+        store: Where the parsed spec is kept (its ``max_spec_bytes`` caps the read).
+        raw: The spec's tasks.md or its folder, absolute or relative to ``target``.
+        target: The session's target folder ("" for none).
+        extra_roots: Folders the worker also accepts specs from.
+
+    Returns:
+        The parsed spec and its source (the real path), as ``DefinitionRef.spec_source``.
+
+    Raises:
+        DefinitionError: The path is outside the target and the extra roots, is not a
+            regular file, is too large or is not UTF-8; ``where`` is the path.
+        SpecParseError: The file holds no phases.
+    """
+    hint = _hint(target)
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        if not (target and Path(target).is_dir()):
+            raise DefinitionError(
+                "a relative spec_path needs a target folder to resolve against",
+                where=raw,
+                hint=hint,
+            )
+        path = Path(target) / path
+    roots = spec_roots(target, extra_roots)
+    if not roots:
+        problem = f"the target {target} is not a folder" if target else "the session has no target"
+        raise DefinitionError(
+            f"no folder to read the spec from: {problem}",
+            where=str(path),
+            hint=hint,
+        )
+    if not safe_read.inside(path, roots):
+        real = safe_read.real_path(path)
+        shown = f"{path} (really {real})" if real != path else str(path)
+        raise DefinitionError(
+            f"the spec {shown} is outside {' and '.join(map(str, roots))}",
+            where=str(path),
+            hint=hint,
+        )
+    if path.is_dir():
+        path = path / "tasks.md"
+    spec = store.take(path, roots=roots, hint=hint)
+    return spec, str(safe_read.real_path(path))
+
+
+def check_phase_size(phase: PhaseDefinition, limit: int, *, where: str, spec: bool) -> None:
+    """Refuse a phase whose JSON is over ``limit`` bytes: it would freeze the session that
+    serves it (every view, query and history event carries it).
+
+    Args:
+        phase: The rendered phase.
+        limit: Largest size accepted, in bytes.
+        where: The phase's source (``tasks.md:line`` or its folder).
+        spec: Whether the phase comes from a spec (the hint then names tasks.md).
+
+    Raises:
+        DefinitionError: The phase is larger: names its size, its task count and what to do.
+    """
+    size = len(phase.model_dump_json())
+    if size <= limit:
+        return
+    tasks = len(phase.tasks)
+    raise DefinitionError(
+        f"phase {phase.label} ({phase.name}) renders to {size // safe_read.KiB} KiB "
+        f"(limit {limit // safe_read.KiB} KiB): it has {tasks} task{'s' if tasks != 1 else ''}",
+        where=where,
+        hint="split it into smaller phases in tasks.md (a few dozen tasks each)"
+        if spec
+        else "shorten the phase's files or split it into several phases",
+    )
+
+
+def dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDefinition:
+    """The gate of a phase built from a spec: the workflow's dynamic gate ``base``, one
+    boolean per validation-gate item of ``sp``, and a rule requiring every required task
+    id in ``tasks_completed``."""
+    items = gate_from_checklist(sp.validation_gate, source=source)
+    fields = {**base.fields, **{k: v for k, v in items.fields.items() if k not in base.fields}}
+    rules = list(base.rules) + list(items.rules)
+    required_ids = [t.id for t in sp.tasks if not t.optional]
+    if "tasks_completed" in fields and required_ids:
+        # One rule per 100 ids keeps each expression well under the evaluator's size limit.
+        chunks = [required_ids[i : i + 100] for i in range(0, len(required_ids), 100)]
+        for n, ids in enumerate(chunks, start=1):
+            rules.append(
+                GateRule(
+                    name="all_required_tasks_completed" + (f"_{n}" if len(chunks) > 1 else ""),
+                    expr=" and ".join(f"{t!r} in tasks_completed" for t in ids),
+                    message="tasks_completed must list every required task of this phase: "
+                    + ", ".join(ids),
+                )
+            )
+    return base.model_copy(
+        update={
+            "fields": fields,
+            "rules": rules,
+            "validators": {**items.validators, **base.validators},
+            "source": f"{base.source} + validation gate at {source}",
+        }
+    )
