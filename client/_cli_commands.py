@@ -250,15 +250,18 @@ async def decide(ctx: _Ctx) -> int:
 
 
 async def control(ctx: _Ctx) -> int:
+    from phasegate.client import keys
     from phasegate.domain.messages import ControlRequest
 
     a = ctx.args
-    req = ControlRequest(
-        action=a.action, reason=a.reason or "", to_phase=a.to, actor=_approver(a.as_name)
-    )
+    name = _approver(a.as_name)
+    req = ControlRequest(action=a.action, reason=a.reason or "", to_phase=a.to, actor=name)
     pg = await ctx.client()
-    result = await pg.control(a.session_id, req)
-    ctx.emit(result, render.render_control(result))
+    # Holding NAME's private key: sign the control (session, action, reason, rollback target,
+    # fresh nonce). Sessions with approver or operator keys accept nothing else.
+    signed = (keys.keys_dir(None) / f"{name}.key").is_file()
+    result = await pg.control(a.session_id, req, key=name if signed else None)
+    ctx.emit(result, render.render_control(result, name, signed=signed))
     return EXIT_OK
 
 

@@ -99,7 +99,7 @@ def progress_line(view: SessionView, session_id: str = "ID") -> str:
         "active": "awaiting checkpoint evidence",
         "awaiting_approval": "awaiting approval by "
         + (", ".join(view.awaiting_approval_from) or "an approver"),
-        "paused": f"paused (resume with `phasegate control {session_id} resume`)",
+        "paused": f"paused (resume with `phasegate control {session_id} resume --as NAME`)",
         "starting": "starting",
     }.get(view.status, view.status)
     return f"{where} — {state}"
@@ -227,8 +227,9 @@ def render_checkpoint(session_id: str, phase: int, r: CheckpointResult) -> str:
     return "\n".join(lines).rstrip()
 
 
-def render_control(r: ControlResult) -> str:
-    return f"{r.action}: session is {r.status}, on phase {r.current_phase}"
+def render_control(r: ControlResult, actor: str = "", *, signed: bool = False) -> str:
+    by = f" by {actor}{' (signed)' if signed else ''}" if actor else ""
+    return f"{r.action}{by}: session is {r.status}, on phase {r.current_phase}"
 
 
 def render_listings(rows: Sequence[SessionListing]) -> str:

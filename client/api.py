@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,7 +26,7 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from phasegate.domain.errors import SessionError
+from phasegate.domain.errors import PhasegateError, SessionError
 from phasegate.domain.messages import (
     ApprovalDecision,
     CheckpointResult,
@@ -211,7 +212,45 @@ class PhasegateClient:
         )
         return await self._update(session_id, GatedSession.decide_approval, msg)
 
-    async def control(self, session_id: str, req: ControlRequest) -> ControlResult:
+    async def control(
+        self,
+        session_id: str,
+        req: ControlRequest,
+        *,
+        key: str | None = None,
+        key_dir: str | Path | None = None,
+    ) -> ControlResult:
+        """Pause, resume, retry_phase, rollback or abandon a session (audited).
+
+        Sessions that name approver or operator keys accept only signed controls: pass
+        ``key``, the name of your key in ``key_dir`` (default: ``client.keys.config_dir()``),
+        and the request is signed with it; its actor becomes the key's name. Without
+        ``key`` the request goes as given (``req.nonce``/``req.signature`` may already
+        be set, see ``client.keys.sign_control``).
+
+        Raises:
+            PhasegateError: The key cannot be loaded, or ``req.actor`` names someone else.
+            SessionError: The session refused the control (unsigned, not authorised, or
+                not applicable now).
+        """
+        if key is not None:
+            from phasegate.client import keys
+
+            if req.actor and req.actor != key:
+                raise PhasegateError(
+                    f"actor {req.actor!r} is not the signing key's name {key!r}",
+                    where="actor",
+                    hint="a signed control acts as its key: leave actor empty or name the key",
+                )
+            nonce, signature = keys.sign_control(
+                key,
+                session_id=session_id,
+                action=req.action,
+                reason=req.reason,
+                to_phase=req.to_phase,
+                directory=Path(key_dir) if key_dir is not None else None,
+            )
+            req = req.model_copy(update={"actor": key, "nonce": nonce, "signature": signature})
         return await self._update(session_id, GatedSession.control, req)
 
     async def _update(

@@ -154,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("action", choices=["pause", "resume", "retry_phase", "rollback", "abandon"])
     s.add_argument("--reason", help="why (required to abandon)")
     s.add_argument("--to", type=int, metavar="N", help="rollback: the completed phase to reopen")
-    s.add_argument("--as", dest="as_name", metavar="NAME", help="who (default as for approve)")
+    s.add_argument(
+        "--as",
+        dest="as_name",
+        metavar="NAME",
+        help="who (default as for approve); signed with your key NAME when you hold one",
+    )
     s.set_defaults(func=cmd.remote(cmd.control))
 
     s = sub.add_parser("list", parents=[js], help="sessions from Temporal visibility")

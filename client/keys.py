@@ -1,4 +1,5 @@
-"""Approver keys on disk: create Ed25519 key pairs, load them, sign decisions.
+"""Approver and operator keys on disk: create Ed25519 key pairs, load them, sign
+approval decisions and session controls.
 
 Layout, under :func:`config_dir` (or the ``directory`` argument)::
 
@@ -6,7 +7,7 @@ Layout, under :func:`config_dir` (or the ``directory`` argument)::
         <name>.key        private key, PEM (PKCS#8, unencrypted), mode 0600
         <name>.pub        public key, one line of standard base64 (32 raw bytes)
 
-A key's name is the approver name its signatures speak for. The private key
+A key's name is the approver (or operator) name its signatures speak for. The private key
 never leaves this module; sessions are given only :class:`ApproverKey` (the
 ``.pub`` contents). File permissions keep other users out, not programs running
 as you: an agent that runs under your own account with access to this directory
@@ -28,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.signing import ApproverKey, canonical_message
+from phasegate.domain.signing import ApproverKey, canonical_control_message, canonical_message
 
 __all__ = [
     "config_dir",
@@ -38,6 +39,7 @@ __all__ = [
     "new_key",
     "new_nonce",
     "public_key",
+    "sign_control",
     "sign_decision",
 ]
 
@@ -365,5 +367,50 @@ def sign_decision(
     except (ValueError, TypeError) as err:
         raise PhasegateError(
             str(err), where="decision", hint="decide 'approve' or 'reject' for an integer phase"
+        ) from err
+    return nonce, base64.b64encode(private.sign(message)).decode("ascii")
+
+
+def sign_control(
+    name: str,
+    *,
+    session_id: str,
+    action: str,
+    reason: str = "",
+    to_phase: int | None = None,
+    directory: Path | None = None,
+) -> tuple[str, str]:
+    """Sign a session control (pause, resume, retry_phase, rollback, abandon) as ``name``.
+
+    Args:
+        name: The key's name, which is the actor the control is sent with and audited as.
+        session_id: The session's workflow id.
+        action: The control's action.
+        reason: The reason sent with the control (the signature binds it).
+        to_phase: The rollback target (bound too); ``None`` for other actions.
+        directory: Configuration directory (default :func:`config_dir`).
+
+    Returns:
+        ``(nonce, signature)``, the signature as standard base64.
+
+    Raises:
+        PhasegateError: The key cannot be loaded, or the control is invalid.
+    """
+    private = load_private_key(name, directory=directory)
+    nonce = new_nonce()
+    try:
+        message = canonical_control_message(
+            session_id=session_id,
+            action=action,
+            nonce=nonce,
+            actor=name,
+            reason=reason,
+            to_phase=to_phase,
+        )
+    except (ValueError, TypeError) as err:
+        raise PhasegateError(
+            str(err),
+            where="action",
+            hint="pause, resume, retry_phase, rollback (with an integer --to) or abandon",
         ) from err
     return nonce, base64.b64encode(private.sign(message)).decode("ascii")

@@ -1,5 +1,18 @@
 """Controls of a :class:`~phasegate.domain.session.SessionState`: pause, resume,
-retry_phase, rollback (only backwards) and abandon, each checked and audited.
+retry_phase, rollback (only backwards) and abandon, each authorised, checked and
+audited.
+
+Who may control a session is decided like who may approve it. The keys that may
+sign its controls are its approvers' (``state.approver_keys``, the people
+entrusted with it) and the deployment's operators' (``state.operator_keys``,
+``PHASEGATE_OPERATOR_KEYS`` on the worker). Where there are any, every control
+must be signed by one of them (``domain.signing.check_signed_control``): the
+actor the audit records is the signing key's name, and each nonce is accepted
+once (shared with approvals). Where there are none, a control that only names
+its actor is accepted if the deployment allows it (``state.unsigned_controls``);
+otherwise every control is refused, with the fix. No client may act as
+phasegate itself (actors starting with ``phasegate:``, e.g. the approval
+deadline's).
 
 Nothing here moves a session forward; ``SessionState`` delegates here.
 """
@@ -11,15 +24,82 @@ from typing import TYPE_CHECKING
 
 from phasegate.domain.errors import PhaseSequenceViolation, SessionError, SessionNotActive
 from phasegate.domain.messages import AuditEntry, ControlRequest
+from phasegate.domain.signing import ApproverKey, check_signed_control
 
 if TYPE_CHECKING:
     from phasegate.domain.session import SessionState
 
-__all__ = ["apply_control", "check_control"]
+__all__ = ["RESERVED_ACTOR_PREFIX", "apply_control", "check_control", "control_keys"]
+
+#: Actors phasegate itself records (``phasegate:deadline``); no client may claim one.
+RESERVED_ACTOR_PREFIX = "phasegate:"
 
 
-def check_control(state: SessionState, req: ControlRequest) -> SessionError | None:
-    """Why a control request must be refused, or None."""
+def control_keys(state: SessionState) -> list[ApproverKey]:
+    """The keys that may sign controls of the session: its approvers' and the operators'."""
+    return list(dict.fromkeys([*state.approver_keys, *state.operator_keys]))
+
+
+def check_control(
+    state: SessionState, req: ControlRequest, session_id: str = ""
+) -> SessionError | None:
+    """Why a control request must be refused (not authorised, or not applicable now),
+    or None. ``session_id`` is the workflow id the signature must name."""
+    return _check_actor(state, req, session_id) or _check_action(state, req)
+
+
+def _check_actor(state: SessionState, req: ControlRequest, session_id: str) -> SessionError | None:
+    """Whether the request may act on the session at all (see the module docstring)."""
+    if not req.actor.strip():
+        return SessionError(
+            "a control must name its actor",
+            where="actor",
+            hint=f"phasegate control {session_id or 'SESSION'} {req.action} --as NAME",
+        )
+    if req.actor.startswith(RESERVED_ACTOR_PREFIX):
+        return SessionError(
+            f"actor {req.actor!r} is reserved for phasegate's own entries",
+            where="actor",
+            hint="name yourself: --as NAME",
+        )
+    keys = control_keys(state)
+    if keys:
+        reason = check_signed_control(
+            keys=keys,
+            session_id=session_id,
+            action=req.action,
+            actor=req.actor,
+            reason=req.reason,
+            to_phase=req.to_phase,
+            nonce=req.nonce,
+            signature=req.signature,
+            used_nonces=frozenset(state.used_nonces),
+        )
+        if reason is None:
+            return None
+        return SessionError(
+            reason,
+            where="signature",
+            hint="controls of this session are signed by: "
+            f"{', '.join(sorted({k.name for k in keys}))}; such a person runs "
+            f"`phasegate control {session_id or 'SESSION'} {req.action} --as NAME` "
+            "with NAME's key in their key directory",
+        )
+    if not state.unsigned_controls:
+        return SessionError(
+            "this deployment accepts only signed controls, and neither it nor this session "
+            "names a key that may sign them, so no control can be accepted",
+            where="operator_keys",
+            hint="name operators on the worker: PHASEGATE_OPERATOR_KEYS="
+            '"$(phasegate keys export NAME)" phasegate worker (create the key with '
+            "`phasegate keys new NAME`), then `phasegate control SESSION ACTION --as NAME`; "
+            "or set PHASEGATE_ALLOW_UNSIGNED_CONTROLS=1 where agents cannot reach Temporal",
+        )
+    return None
+
+
+def _check_action(state: SessionState, req: ControlRequest) -> SessionError | None:
+    """Whether the action applies to the session as it is now."""
     if state.finished:
         return SessionNotActive(f"session is {state.status}; controls no longer apply")
     if req.action == "pause" and state.status == "paused":
@@ -55,6 +135,8 @@ def apply_control(state: SessionState, req: ControlRequest, now: datetime) -> No
     elif req.action == "rollback":
         assert req.to_phase is not None
         _rollback(state, req.to_phase)
+    if req.nonce:
+        state.used_nonces.append(req.nonce)  # a signed control is accepted once
     state.audit.append(
         AuditEntry(at=now, action=req.action, actor=req.actor, phase=phase, detail=req.reason)
     )

@@ -1,10 +1,12 @@
-"""Signed approvals: the canonical message an approver signs, and its verification.
+"""Signed approvals and controls: the canonical messages people sign, and their checks.
 
-A coding agent can call ``decide_approval`` as easily as a person can, so a
-session may require every decision to carry an Ed25519 signature made with the
-approver's private key (kept by ``client.keys``, outside the agent's reach).
-The workflow holds only public keys (:class:`ApproverKey`) and checks each
-decision with :func:`check_signed_decision` in the update validator.
+A coding agent can call ``decide_approval`` or ``control`` as easily as a person
+can, so a session may require every decision and every control (pause, resume,
+retry_phase, rollback, abandon) to carry an Ed25519 signature made with a
+person's private key (kept by ``client.keys``, outside the agent's reach). The
+workflow holds only public keys (:class:`ApproverKey`) and checks each message
+with :func:`check_signed_decision` or :func:`check_signed_control` in the update
+validator, so a refused message never reaches history.
 
 The signed bytes (:func:`canonical_message`) are::
 
@@ -17,6 +19,17 @@ where JSON is the UTF-8 encoding of an object with exactly the keys
 themselves. For these value types that is the RFC 8785 (JCS) form, so a client
 in any language can reproduce it. Keys and signatures travel as standard base64
 without newlines.
+
+A control (:func:`canonical_control_message`) signs::
+
+    b"phasegate-control-v1\\n" + JSON
+
+with exactly the keys ``action`` (``pause``, ``resume``, ``retry_phase``,
+``rollback`` or ``abandon``), ``actor`` (the signing key's name),
+``nonce``, ``reason_sha256`` (hex SHA-256 of the UTF-8 reason), ``session_id``
+and ``to_phase`` (the rollback target as an integer, ``null`` for other
+actions), encoded the same way. The distinct prefix keeps a signed approval
+from being replayed as a control and the reverse.
 
 This module is imported by workflow code: it does no I/O and reads no clock,
 environment or randomness. Ed25519 verification is deterministic. Import it
@@ -39,20 +52,27 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "CONTROL_ACTIONS",
+    "CONTROL_PREFIX",
     "DECISIONS",
     "MESSAGE_PREFIX",
     "NONCE_PATTERN",
     "UNSIGNED_REASON",
     "ApproverKey",
+    "canonical_control_message",
     "canonical_message",
+    "check_signed_control",
     "check_signed_decision",
     "decode_public_key",
     "fingerprint",
+    "unsigned_control_reason",
     "verify_signature",
 ]
 
 MESSAGE_PREFIX: Final = b"phasegate-approval-v1\n"
+CONTROL_PREFIX: Final = b"phasegate-control-v1\n"
 DECISIONS: Final = ("approve", "reject")
+CONTROL_ACTIONS: Final = ("pause", "resume", "retry_phase", "rollback", "abandon")
 NONCE_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 _PUBLIC_KEY_BYTES = 32
@@ -176,23 +196,82 @@ def canonical_message(
         if not isinstance(value, str):
             raise TypeError(f"{field} must be a string, got {type(value).__name__}")
     try:
-        comment_sha256 = hashlib.sha256(comment.encode("utf-8")).hexdigest()
-        body = json.dumps(
+        body = _canonical_json(
             {
                 "approver": approver,
-                "comment_sha256": comment_sha256,
+                "comment_sha256": hashlib.sha256(comment.encode("utf-8")).hexdigest(),
                 "decision": decision,
                 "nonce": nonce,
                 "phase": phase,
                 "session_id": session_id,
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode("utf-8")
+            }
+        )
     except UnicodeEncodeError as err:
         raise ValueError(f"approval fields must be valid Unicode text: {err}") from None
     return MESSAGE_PREFIX + body
+
+
+def _canonical_json(fields: dict[str, object]) -> bytes:
+    """Sorted keys, no whitespace, non-ASCII as itself, UTF-8: JCS for these value types."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def canonical_control_message(
+    *,
+    session_id: str,
+    action: str,
+    nonce: str,
+    actor: str,
+    reason: str = "",
+    to_phase: int | None = None,
+) -> bytes:
+    """The exact bytes a person signs for one control (see the module docstring).
+
+    Args:
+        session_id: The session's workflow id.
+        action: ``pause``, ``resume``, ``retry_phase``, ``rollback`` or ``abandon``.
+        nonce: A fresh random token; a session accepts each nonce once.
+        actor: The signing key's name, which the audit records as the actor.
+        reason: The control's reason; only its SHA-256 is embedded, which still binds it.
+        to_phase: The rollback target; ``None`` for the other actions.
+
+    Returns:
+        ``CONTROL_PREFIX`` followed by the canonical JSON, UTF-8 encoded.
+
+    Raises:
+        ValueError: If ``action`` is not a control, or a text field cannot be encoded
+            as UTF-8 (lone surrogates).
+        TypeError: If ``to_phase`` is neither ``None`` nor an integer, or a text field
+            is not a string.
+    """
+    if action not in CONTROL_ACTIONS:
+        raise ValueError(f"action must be one of {', '.join(CONTROL_ACTIONS)}, got {action!r}")
+    if to_phase is not None and (isinstance(to_phase, bool) or not isinstance(to_phase, int)):
+        raise TypeError(f"to_phase must be an integer or None, got {to_phase!r}")
+    for field, value in (
+        ("session_id", session_id),
+        ("nonce", nonce),
+        ("actor", actor),
+        ("reason", reason),
+    ):
+        if not isinstance(value, str):
+            raise TypeError(f"{field} must be a string, got {type(value).__name__}")
+    try:
+        body = _canonical_json(
+            {
+                "action": action,
+                "actor": actor,
+                "nonce": nonce,
+                "reason_sha256": hashlib.sha256(reason.encode("utf-8")).hexdigest(),
+                "session_id": session_id,
+                "to_phase": to_phase,
+            }
+        )
+    except UnicodeEncodeError as err:
+        raise ValueError(f"control fields must be valid Unicode text: {err}") from None
+    return CONTROL_PREFIX + body
 
 
 def _prime_native_exception() -> None:
@@ -319,6 +398,79 @@ def check_signed_decision(
     ):
         return (
             f"signature does not match approver {approver!r} for session {session_id} phase {phase}"
+        )
+    if nonce in used_nonces:
+        return "nonce already used"
+    return None
+
+
+def unsigned_control_reason(session_id: str, action: str) -> str:
+    """Why an unsigned control is refused where controls must be signed, with the fix."""
+    return (
+        "control is not signed; this session accepts only controls signed by its approvers' "
+        f"or the deployment's operators' keys (`phasegate control {session_id or 'SESSION'} "
+        f"{action} --as NAME` signs with your key NAME: phasegate keys new NAME)"
+    )
+
+
+def check_signed_control(
+    *,
+    keys: list[ApproverKey],
+    session_id: str,
+    action: str,
+    actor: str,
+    reason: str,
+    to_phase: int | None,
+    nonce: str | None,
+    signature: str | None,
+    used_nonces: set[str] | frozenset[str],
+) -> str | None:
+    """Check one signed control; never raises.
+
+    The same person may have several keys (an approver key and an operator key,
+    or rotation): a signature by any key named ``actor`` is accepted. Checks run
+    in this order, and the first failure is reported: signed at all, nonce
+    format, actor known, action valid, signature, nonce unused.
+
+    Args:
+        keys: The public keys that may sign controls of this session.
+        session_id: The session's workflow id.
+        action: The control's action.
+        actor: Who the control claims to be from (the signing key's name).
+        reason: The control's reason (bound by the signature).
+        to_phase: The rollback target (bound by the signature), ``None`` otherwise.
+        nonce: The nonce the actor signed.
+        signature: Standard base64 of the Ed25519 signature.
+        used_nonces: Nonces this session has already accepted (decisions and controls).
+
+    Returns:
+        ``None`` when the control is authentic and fresh, else the reason it is not.
+    """
+    if not signature:
+        return unsigned_control_reason(session_id, action)
+    if not isinstance(nonce, str) or NONCE_PATTERN.fullmatch(nonce) is None:
+        return "nonce missing or malformed (expected 16-64 characters of A-Z a-z 0-9 _ -)"
+    candidates = [key for key in keys if key.name == actor]
+    if not candidates:
+        known = ", ".join(sorted({key.name for key in keys}))
+        return f"{actor!r} holds no key that may control this session (keys: {known})"
+    try:
+        message = canonical_control_message(
+            session_id=session_id,
+            action=action,
+            nonce=nonce,
+            actor=actor,
+            reason=reason,
+            to_phase=to_phase,
+        )
+    except (ValueError, TypeError):
+        return f"not a control phasegate can check: action {action!r}, to_phase {to_phase!r}"
+    if not any(
+        verify_signature(key=key, message=message, signature=signature) for key in candidates
+    ):
+        return (
+            f"signature does not match {actor!r}'s key for {action} of session {session_id} "
+            "(the signature binds the session, action, reason, rollback target and nonce)"
         )
     if nonce in used_nonces:
         return "nonce already used"

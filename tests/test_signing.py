@@ -1,5 +1,5 @@
-"""Signed approvals: the canonical message and its verification (keys on disk:
-test_keys.py).
+"""Signed approvals and controls: the canonical messages and their verification (keys
+on disk: test_keys.py; controls on a real session: test_signed_controls.py).
 
 Unit tests; no Temporal server. Every key directory is the test's ``tmp_path``.
 """
@@ -34,9 +34,12 @@ from phasegate.client import keys
 from phasegate.domain.signing import (
     UNSIGNED_REASON,
     ApproverKey,
+    canonical_control_message,
     canonical_message,
+    check_signed_control,
     check_signed_decision,
     fingerprint,
+    unsigned_control_reason,
     verify_signature,
 )
 
@@ -322,3 +325,157 @@ def test_fingerprint_is_short_and_stable(alice: ApproverKey, bob: ApproverKey) -
     assert len(fingerprint(alice.public_key)) == len("ed25519:") + 16
     with pytest.raises(ValueError):
         fingerprint("nope")
+
+
+# -- signed controls --
+
+GOLDEN_CONTROL = {
+    "session_id": "sess-ü-42",
+    "action": "rollback",
+    "nonce": "n0nce_BBBBBBBBBBBBBBBB",
+    "actor": "lead",
+    "reason": "wrong plan ✗",
+    "to_phase": 1,
+}
+GOLDEN_CONTROL_MESSAGE = (
+    b"phasegate-control-v1\n"
+    b'{"action":"rollback","actor":"lead","nonce":"n0nce_BBBBBBBBBBBBBBBB",'
+    b'"reason_sha256":"e774e57d491b696f324272f547bcccb4f21d4cf32d6862c9d128a0eba39df050",'
+    b'"session_id":"sess-\xc3\xbc-42","to_phase":1}'
+)
+GOLDEN_CONTROL_SIGNATURE = (
+    "SAsxnGBsmAASUlT1Gv4q7njK6xws4xjHkK4/CtUaPpjxamBow8DB1JGcxzdl1bPm8CWKIa76JdsUCbbsWqE+CQ=="
+)
+
+
+def _check_control(trusted: list[ApproverKey], nonce: str, signature: str, **overrides: object):
+    arguments: dict[str, object] = {
+        "keys": trusted,
+        "session_id": SESSION,
+        "action": "pause",
+        "actor": "alice",
+        "reason": "review",
+        "to_phase": None,
+        "nonce": nonce,
+        "signature": signature,
+        "used_nonces": frozenset(),
+    }
+    arguments.update(overrides)
+    return check_signed_control(**arguments)  # type: ignore[arg-type]
+
+
+def test_control_message_golden_bytes_and_signature() -> None:
+    assert canonical_control_message(**GOLDEN_CONTROL) == GOLDEN_CONTROL_MESSAGE  # type: ignore[arg-type]
+    private = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+    signature = base64.b64encode(private.sign(GOLDEN_CONTROL_MESSAGE)).decode()
+    assert signature == GOLDEN_CONTROL_SIGNATURE
+    key = ApproverKey(name="lead", public_key=GOLDEN_PUBLIC_KEY)
+    fields = {k: v for k, v in GOLDEN_CONTROL.items() if k != "session_id"}
+    assert (
+        check_signed_control(
+            keys=[key],
+            session_id=GOLDEN_CONTROL["session_id"],  # type: ignore[arg-type]
+            signature=signature,
+            used_nonces=set(),
+            **fields,  # type: ignore[arg-type]
+        )
+        is None
+    )
+
+
+def test_control_message_without_rollback_target_has_null() -> None:
+    message = canonical_control_message(
+        session_id="s", action="pause", nonce="n" * 16, actor="lead"
+    )
+    assert message.endswith(b',"session_id":"s","to_phase":null}')
+
+
+@pytest.mark.parametrize(
+    ("field", "other"),
+    [
+        ("session_id", "sess-other"),
+        ("action", "abandon"),
+        ("nonce", "n0nce_CCCCCCCCCCCCCCCC"),
+        ("actor", "lead2"),
+        ("reason", "wrong plan"),
+        ("to_phase", 0),
+        ("to_phase", None),
+    ],
+)
+def test_control_message_changes_with_every_bound_field(field: str, other: object) -> None:
+    changed = {**GOLDEN_CONTROL, field: other}
+    assert canonical_control_message(**changed) != GOLDEN_CONTROL_MESSAGE  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"action": "advance"}, {"to_phase": "1"}, {"to_phase": True}, {"reason": "\ud800"}],
+)
+def test_control_message_refuses_invalid_fields(bad: dict[str, object]) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        canonical_control_message(**{**GOLDEN_CONTROL, **bad})  # type: ignore[arg-type]
+
+
+def test_signed_control_binds_every_field(tmp_path: Path, alice: ApproverKey) -> None:
+    nonce, sig = keys.sign_control(
+        "alice", session_id=SESSION, action="pause", reason="review", directory=tmp_path
+    )
+    assert _check_control([alice], nonce, sig) is None
+    for override in (
+        {"session_id": "sess-other"},
+        {"action": "abandon"},
+        {"action": "resume"},
+        {"reason": "something else"},
+        {"to_phase": 0},
+    ):
+        assert "signature does not match" in _check_control([alice], nonce, sig, **override)
+    assert _check_control([alice], nonce, sig, used_nonces={nonce}) == "nonce already used"
+    assert _check_control([alice], nonce, None) == unsigned_control_reason(SESSION, "pause")  # type: ignore[arg-type]
+
+
+def test_signed_control_actor_must_hold_the_key(
+    tmp_path: Path, alice: ApproverKey, bob: ApproverKey
+) -> None:
+    """bob signs with his own key but claims to be alice: refused; as himself, accepted."""
+    nonce, sig = keys.sign_control(
+        "bob", session_id=SESSION, action="pause", reason="review", directory=tmp_path
+    )
+    assert "does not match 'alice'" in _check_control([alice, bob], nonce, sig)
+    assert "holds no key" in _check_control([alice], nonce, sig, actor="bob")
+    assert _check_control([alice, bob], nonce, sig, actor="bob") is None
+
+
+def test_approval_and_control_signatures_do_not_cross(tmp_path: Path, alice: ApproverKey) -> None:
+    """The prefixes differ: a signed decision can never pass as a control (or back)."""
+    signed = _signed(tmp_path)
+    assert "does not match" in _check_control([alice], signed["nonce"], signed["signature"])
+    nonce, sig = keys.sign_control(
+        "alice", session_id=SESSION, action="pause", reason=COMMENT, directory=tmp_path
+    )
+    assert "does not match" in _check([alice], {"nonce": nonce, "signature": sig})
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    action=st.one_of(st.sampled_from(["pause", "rollback"]), st.text(max_size=12)),
+    actor=st.text(max_size=12),
+    to_phase=st.one_of(st.none(), st.integers(), st.booleans(), st.text(max_size=3)),
+    nonce=st.one_of(st.none(), st.text(max_size=70)),
+    signature=st.one_of(st.none(), st.text(max_size=130)),
+)
+def test_check_signed_control_never_raises(
+    action: str, actor: str, to_phase: object, nonce: str | None, signature: str | None
+) -> None:
+    key = ApproverKey(name="alice", public_key=GOLDEN_PUBLIC_KEY)
+    reason = check_signed_control(
+        keys=[key],
+        session_id=SESSION,
+        action=action,
+        actor=actor,
+        reason="r",
+        to_phase=to_phase,  # type: ignore[arg-type]
+        nonce=nonce,
+        signature=signature,
+        used_nonces=frozenset(),
+    )
+    assert isinstance(reason, str)
