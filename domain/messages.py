@@ -331,6 +331,7 @@ class ControlResult(BaseModel):
 
 class PhaseQuery(BaseModel):
     phase: int = Field(le=MAX_PHASE)
+    tasks_offset: int = Field(0, ge=0, description="First task of the page of tasks shown.")
 
 
 class TaskQuery(BaseModel):
@@ -389,6 +390,18 @@ class PhaseArtifact(BaseModel):
     attempt: int
     approved_by: str | None = None
     superseded: bool = False
+    evidence_sha256: str | None = Field(
+        None, description="SHA-256 of the evidence as canonical JSON (sorted keys, compact)."
+    )
+    evidence_bytes: int | None = None
+    evidence_elided: bool = Field(
+        False,
+        description="The evidence is left out here to keep this answer small; query "
+        "`artifact` for one phase's (or `phasegate evidence SESSION PHASE`).",
+    )
+    recorded_in_run: str | None = Field(
+        None, description="Run id whose history holds the submission (the evidence's record)."
+    )
 
 
 class Attempt(BaseModel):
@@ -460,6 +473,14 @@ class SessionView(BaseModel):
     last_signal_error: str | None = None
     started_at: datetime | None = None
     updated_at: datetime | None = None
+    run_chain: list[str] = Field(
+        default_factory=list,
+        description="Run ids of this session, first to current (continue-as-new links them). "
+        "A run of the same session id that is not in this chain is another session.",
+    )
+    audit_total: int | None = Field(
+        None, description="Audit entries recorded, when ``audit`` shows only the latest."
+    )
 
 
 class PhaseView(BaseModel):
@@ -472,6 +493,11 @@ class PhaseView(BaseModel):
     state: Literal["current", "completed"] = "current"
     content: str
     tasks: list[TaskSummary] = Field(default_factory=list)
+    tasks_total: int | None = Field(
+        None,
+        description="Tasks in the phase when ``tasks`` is one page of them (query `phase` "
+        "with ``tasks_offset`` for the next page; `task` for one task's content).",
+    )
     gate: GateView = Field(default_factory=GateView)
     artifacts: dict[str, PhaseArtifact] = Field(default_factory=dict)
     context: list[dict[str, Any]] = Field(default_factory=list)

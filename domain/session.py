@@ -15,14 +15,19 @@ workflow calls.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from phasegate.domain import session_approvals, session_controls, session_views, trust
+from phasegate.domain import (
+    session_approvals,
+    session_bounds,
+    session_controls,
+    session_views,
+    trust,
+)
 from phasegate.domain.errors import (
     PayloadTooLarge,
     PhaseSequenceViolation,
@@ -65,10 +70,8 @@ __all__ = [
     "evidence_size",
 ]
 
-MAX_REMEMBERED_SUBMISSIONS = 500
+MAX_REMEMBERED_SUBMISSIONS = session_bounds.MAX_REMEMBERED_SUBMISSIONS
 MAX_ATTEMPTS_WITH_EVIDENCE = 10  # current phase; older attempts keep digest and problems
-MAX_ATTEMPT_LOG = 500  # attempts of earlier phases, compacted
-CARRY_LIMIT_BYTES = 1_500_000  # continue-as-new input must stay under Temporal's 2 MB
 VERIFY_SLACK_SECONDS = 60.0  # verify activity: start-up, file and git checks, reporting
 
 
@@ -172,8 +175,11 @@ class SessionState(BaseModel):
     def status_view(self) -> SessionView:
         return session_views.status_view(self)
 
-    def phase_view(self, index: int) -> PhaseView | SequenceViolation:
-        return session_views.phase_view(self, index)
+    def phase_view(self, index: int, tasks_offset: int = 0) -> PhaseView | SequenceViolation:
+        return session_views.phase_view(self, index, tasks_offset)
+
+    def artifact(self, index: int) -> PhaseArtifact | SequenceViolation:
+        return session_views.artifact(self, index)
 
     def task_view(self, index: int, task: str) -> TaskView | SequenceViolation:
         return session_views.task_view(self, index, task)
@@ -304,6 +310,7 @@ class SessionState(BaseModel):
         if via == "signal":
             self.last_signal_error = None
         self.attempt_count += 1
+        sha, size = session_bounds.evidence_digest(sub.evidence)
         self.attempts.append(
             Attempt(
                 phase=self.current.index,
@@ -315,8 +322,8 @@ class SessionState(BaseModel):
                 submission_id=sub.submission_id,
                 via=via,
                 evidence=sub.evidence,
-                evidence_sha256=hashlib.sha256(_canonical(sub.evidence)).hexdigest(),
-                evidence_bytes=evidence_size(sub.evidence),
+                evidence_sha256=sha,
+                evidence_bytes=size,
                 verify=verify,
             )
         )
@@ -350,6 +357,9 @@ class SessionState(BaseModel):
             submitted_at=now,
             submission_id=sub.submission_id,
             attempt=self.attempt_count,
+            evidence_sha256=sha,
+            evidence_bytes=size,
+            recorded_in_run=self.run_chain[-1] if self.run_chain else None,
         )
         if self.requires_approval():
             self.status = "awaiting_approval"
@@ -482,9 +492,7 @@ class SessionState(BaseModel):
 
     def log_attempts(self) -> None:
         """Move the current phase's attempts, compacted, to the (bounded) attempt log."""
-        self.attempt_log.extend(a.compacted() for a in self.attempts)
-        del self.attempt_log[:-MAX_ATTEMPT_LOG]
-        self.attempts = []
+        session_bounds.log_attempts(self)
 
     def next_view(self) -> PhaseView | None:
         """The current phase as an advance's answer carries it: whole, gate schema included,
@@ -506,37 +514,15 @@ class SessionState(BaseModel):
 
     def carry(self) -> dict[str, Any]:
         """The state as continue-as-new input, compacted until it fits the payload limit."""
-        data = self.model_dump(mode="json")
-        if len(_canonical(data)) <= CARRY_LIMIT_BYTES:
-            return data
-        self.attempts = [a.compacted() for a in self.attempts]
-        for index in sorted(self.past)[:-3]:  # oldest completed phases: keep name and tasks
-            self.past[index] = self.past[index].model_copy(
-                update={
-                    "content": "(content of this completed phase is in an earlier run's history)",
-                    "tasks": [
-                        t.model_copy(update={"content": "", "context": []})
-                        for t in self.past[index].tasks
-                    ],
-                    "context": [],
-                }
-            )
-        return self.model_dump(mode="json")
+        return session_bounds.carry(self)
 
     def remember(self, submission_id: str | None, result: CheckpointResult) -> None:
-        """Keep a result for idempotent repeats (bounded, oldest dropped first); the next
-        phase's view is not stored — :meth:`repeat` builds it again from state."""
-        if not submission_id:
-            return
-        if result.next_phase is not None:
-            result = result.model_copy(update={"next_phase": None})
-        self.processed[submission_id] = result
-        while len(self.processed) > MAX_REMEMBERED_SUBMISSIONS:
-            del self.processed[next(iter(self.processed))]
+        """Keep a result for idempotent repeats (bounded; see ``session_bounds``)."""
+        session_bounds.remember(self, submission_id, result)
 
-
-def _canonical(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":"), sort_keys=True, default=str).encode()
+    def note_run(self, run_id: str) -> None:
+        """Record the run now holding the session (its run chain shows in ``status``)."""
+        session_bounds.note_run(self, run_id)
 
 
 def _tail(text: str, limit: int = 160) -> str:

@@ -16,6 +16,7 @@ from phasegate.domain.evidence_schema import field_json_schema, gate_json_schema
 from phasegate.domain.messages import (
     GateField,
     GateView,
+    PhaseArtifact,
     PhaseContent,
     PhaseDefinition,
     PhaseView,
@@ -25,12 +26,17 @@ from phasegate.domain.messages import (
     TaskSummary,
     TaskView,
 )
+from phasegate.domain.session_bounds import TASKS_PAGE, bounded_artifacts, elided
 
 if TYPE_CHECKING:
     from phasegate.domain.session import SessionState
 
+AUDIT_IN_VIEW = 100  # latest audit entries (and superseded artifacts) a status shows
+
 __all__ = [
+    "artifact",
     "content",
+    "details_markdown",
     "phase_view",
     "status_view",
     "summary",
@@ -75,19 +81,24 @@ def status_view(state: SessionState) -> SessionView:
             state.allowed_approvers() or ["any approver"] if state.awaiting_approval else []
         ),
         approval_due_at=state.approval_due_at if state.awaiting_approval else None,
-        audit=list(state.audit),
-        superseded=list(state.superseded),
+        audit=state.audit[-AUDIT_IN_VIEW:],
+        audit_total=len(state.audit) if len(state.audit) > AUDIT_IN_VIEW else None,
+        superseded=[elided(a) for a in state.superseded[-AUDIT_IN_VIEW:]],
         attempt_log=state.attempt_log[-50:],
         feedback=state.feedback,
         artifacts={str(k): sorted(a.evidence) for k, a in sorted(state.artifacts.items())},
         last_signal_error=state.last_signal_error,
         started_at=state.started_at,
         updated_at=state.updated_at,
+        run_chain=list(state.run_chain),
     )
 
 
-def phase_view(state: SessionState, index: int) -> PhaseView | SequenceViolation:
-    """The answer to the ``phase`` query: the current or a completed phase."""
+def phase_view(
+    state: SessionState, index: int, tasks_offset: int = 0
+) -> PhaseView | SequenceViolation:
+    """The answer to the ``phase`` query: the current or a completed phase, with one
+    page of its tasks and earlier artifacts' evidence within the view budget."""
     phase = state.readable(index)
     if phase is None:
         return violation(state, index)
@@ -104,9 +115,10 @@ def phase_view(state: SessionState, index: int) -> PhaseView | SequenceViolation
         name=phase.name,
         state=which,
         content=phase.content,
-        tasks=task_summaries(phase),
+        tasks=task_summaries(phase)[tasks_offset : tasks_offset + TASKS_PAGE],
+        tasks_total=len(phase.tasks) if len(phase.tasks) > TASKS_PAGE else None,
         gate=_gate_view(phase, state.allowed_approvers() if which == "current" else []),
-        artifacts=earlier,
+        artifacts=bounded_artifacts(earlier),
         context=phase.context,
         example_evidence=_example(phase),
     )
@@ -149,8 +161,28 @@ def summary(state: SessionState) -> SessionSummary:
         status=state.status,
         completed_phases=[c.phase for c in state.completed],
         total_phases=state.total_phases,
-        artifacts={str(k): a for k, a in sorted(state.artifacts.items())},
+        artifacts=bounded_artifacts({str(k): a for k, a in sorted(state.artifacts.items())}),
     )
+
+
+def artifact(state: SessionState, index: int) -> PhaseArtifact | SequenceViolation:
+    """The answer to the ``artifact`` query: one completed phase's artifact, whole.
+
+    Its evidence is here unless it was compacted out of a long session's state; then
+    ``recorded_in_run`` names the run whose history holds the submission.
+
+    Raises:
+        SessionError: the phase is readable but has no artifact (not completed).
+    """
+    if state.readable(index) is None:
+        return violation(state, index, "artifact of phase")
+    found = state.artifacts.get(index)
+    if found is None:
+        raise SessionError(
+            f"phase {index} has no artifact: it is not completed",
+            hint="artifacts are recorded when a phase's checkpoint passes and it advances",
+        )
+    return found
 
 
 def task_summaries(phase: PhaseDefinition) -> list[TaskSummary]:
@@ -188,3 +220,34 @@ def _example(phase: PhaseDefinition) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def details_markdown(state: SessionState) -> str:
+    """The Web UI's current details of a session (markdown): where it is, what it waits for."""
+    p = state.current
+    waits = {
+        "active": "checkpoint evidence from the agent",
+        "awaiting_approval": "approval by "
+        + (", ".join(state.allowed_approvers()) or "an approver"),
+        "approval_overdue": "an OVERDUE approval by "
+        + (", ".join(state.allowed_approvers()) or "an approver"),
+        "paused": "a person to resume the session",
+        "completed": "nothing: all phases are complete",
+        "abandoned": "nothing: the session was abandoned",
+        "starting": "the definition to load",
+    }[state.status]
+    lines = [
+        (
+            f"**{state.name or state.workflow_type}** — phase {p.index} ({p.index + 1} of "
+            f"{state.total_phases}): {p.name}"
+        ),
+        f"- status: `{state.status}`; waiting for {waits}",
+        f"- attempts on this phase: {state.attempt_count}",
+    ]
+    last = state.attempts[-1] if state.attempts else None
+    if last and not last.passed:
+        lines.append("- last problems:")
+        lines += [f"  - `{pr.field}`: {pr.message}" for pr in last.problems[:5]]
+    if state.feedback:
+        lines.append(f"- reviewer feedback: {state.feedback}")
+    return "\n".join(lines)

@@ -33,8 +33,8 @@ from phasegate.domain.errors import (
     SessionNotActive,
 )
 from phasegate.domain.messages import CheckpointSubmission, SessionOptions
+from phasegate.domain.session_bounds import CARRY_LIMIT_BYTES
 from phasegate.domain.session import (
-    CARRY_LIMIT_BYTES,
     DEADLINE_ACTOR,
     VERIFY_SLACK_SECONDS,
     SessionState,

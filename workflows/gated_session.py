@@ -17,6 +17,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from phasegate.activities.definitions import DefinitionActivities
     from phasegate.activities.notify import notify_webhook
     from phasegate.activities.verify import VerifyActivities
@@ -29,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         ControlResult,
         LoadSessionRequest,
         NotifyRequest,
+        PhaseArtifact,
         PhaseDefinition,
         PhaseQuery,
         PhaseView,
@@ -42,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
     )
     from phasegate.domain.session import DEADLINE_ACTOR, SessionState
+    from phasegate.domain.session_views import details_markdown
     from phasegate.domain.verify import VerifyReport, VerifyResult
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
 
@@ -50,10 +54,13 @@ __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 # Temporal refuses the 2,001st update of a run; leave room for in-flight ones
 # (signals count too: a conservative, simple bound).
 UPDATES_BEFORE_CONTINUE = 1800
+_SIGNAL_RETIRED = "checkpoint-signal-retired"
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
 
-@workflow.defn
+# A start input that fails validation (e.g. an oversized option) fails the session with
+# the reason, instead of failing its workflow task again every few seconds.
+@workflow.defn(failure_exception_types=[ValidationError])
 class GatedSession:
     @workflow.init
     def __init__(self, start: StartSession) -> None:
@@ -66,6 +73,7 @@ class GatedSession:
         if start.carried is not None and not self._forged:
             self._state = SessionState.model_validate(start.carried)
             self._state.runs += 1
+            self._state.note_run(workflow.info().run_id)
         self._lock = asyncio.Lock()
         self._messages_this_run = 0
         # Background render of the next phase (see SessionOptions.prefetch). Private:
@@ -117,6 +125,7 @@ class GatedSession:
                 operator_keys=plan.operator_keys,
                 unsigned_controls=plan.unsigned_controls,
             )
+            self._state.note_run(workflow.info().run_id)
         self._publish()
         self._start_prefetch()
         self._arm_deadline()
@@ -185,8 +194,21 @@ class GatedSession:
 
     @workflow.signal
     async def checkpoint(self, sub: CheckpointSubmission) -> None:
-        """Fire-and-forget submission; its result shows in ``status``."""
+        """Retired: a signal's payload lands in history before any check could refuse it.
+
+        Sessions started before the retirement (no patch marker in their history) still
+        handle it, so their histories replay; every other session drops it and says so.
+        Fire-and-forget clients send the ``submit_checkpoint`` update and wait only for
+        its acceptance (``PhasegateClient.submit(..., wait=False)``).
+        """
         self._messages_this_run += 1
+        if workflow.patched(_SIGNAL_RETIRED):
+            if self._state is not None:
+                self._state.last_signal_error = (
+                    "checkpoint signals are not accepted: submit with `phasegate submit` "
+                    "(the submit_checkpoint update)"
+                )
+            return
         try:
             await self._checkpoint(sub, "signal")
         except PhasegateError as exc:
@@ -430,7 +452,17 @@ class GatedSession:
     def phase(self, q: PhaseQuery) -> PhaseView | SequenceViolation:
         if self._state is None:
             raise _starting()
-        return self._state.phase_view(q.phase)
+        return self._state.phase_view(q.phase, q.tasks_offset)
+
+    @workflow.query
+    def artifact(self, q: PhaseQuery) -> PhaseArtifact | SequenceViolation:
+        """One completed phase's artifact with its whole evidence (see ``PhaseArtifact``)."""
+        if self._state is None:
+            raise _starting()
+        try:
+            return self._state.artifact(q.phase)
+        except PhasegateError as exc:
+            raise application_error(exc, non_retryable=False) from None
 
     @workflow.query
     def task(self, q: TaskQuery) -> TaskView | SequenceViolation:
@@ -458,7 +490,7 @@ class GatedSession:
         """
         state = self._state
         assert state is not None
-        workflow.set_current_details(_details_markdown(state))
+        workflow.set_current_details(details_markdown(state))
         if defer_search_attributes and self._prefetch is not None and not self._prefetch.done():
             return
         values = (state.workflow_type, state.current.index, state.status)
@@ -482,33 +514,3 @@ def _starting() -> ApplicationError:
         ),
         non_retryable=False,
     )
-
-
-def _details_markdown(state: SessionState) -> str:
-    p = state.current
-    waits = {
-        "active": "checkpoint evidence from the agent",
-        "awaiting_approval": "approval by "
-        + (", ".join(state.allowed_approvers()) or "an approver"),
-        "approval_overdue": "an OVERDUE approval by "
-        + (", ".join(state.allowed_approvers()) or "an approver"),
-        "paused": "a person to resume the session",
-        "completed": "nothing: all phases are complete",
-        "abandoned": "nothing: the session was abandoned",
-        "starting": "the definition to load",
-    }[state.status]
-    lines = [
-        (
-            f"**{state.name or state.workflow_type}** — phase {p.index} ({p.index + 1} of "
-            f"{state.total_phases}): {p.name}"
-        ),
-        f"- status: `{state.status}`; waiting for {waits}",
-        f"- attempts on this phase: {state.attempt_count}",
-    ]
-    last = state.attempts[-1] if state.attempts else None
-    if last and not last.passed:
-        lines.append("- last problems:")
-        lines += [f"  - `{pr.field}`: {pr.message}" for pr in last.problems[:5]]
-    if state.feedback:
-        lines.append(f"- reviewer feedback: {state.feedback}")
-    return "\n".join(lines)

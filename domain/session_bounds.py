@@ -1,0 +1,208 @@
+"""Bounds on what a :class:`~phasegate.domain.session.SessionState` keeps and shows.
+
+Every message a client sends is capped by its model (``domain.messages``), but
+a session lives long: attempts, audit entries, remembered answers and
+artifacts pile up, and Temporal refuses any payload over its blob limit (2 MB,
+lower on phasegate's dev server) and any history over 50 MB. So:
+
+- :func:`carry` hands state to the next run under :data:`CARRY_LIMIT_BYTES`,
+  compacting in a fixed order until it fits (attempts to digests, old phase
+  texts, remembered answers, logs, then the oldest artifacts' evidence, which
+  stays recorded in the history of the run named by ``recorded_in_run``);
+- :func:`bounded_artifacts` keeps query answers and the final result under
+  :data:`VIEW_EVIDENCE_BYTES` of evidence, newest phases first; the rest show
+  their digest and size (query ``artifact`` for one phase's evidence);
+- the task list of a phase view is served a page at a time (:data:`TASKS_PAGE`).
+
+Pure, like the rest of ``domain``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from phasegate.domain.messages import CheckpointResult, PhaseArtifact
+
+if TYPE_CHECKING:
+    from phasegate.domain.session import SessionState
+
+__all__ = [
+    "CARRY_LIMIT_BYTES",
+    "MAX_REMEMBERED_SUBMISSIONS",
+    "TASKS_PAGE",
+    "VIEW_EVIDENCE_BYTES",
+    "bounded_artifacts",
+    "canonical",
+    "carry",
+    "elided",
+    "evidence_digest",
+    "log_attempts",
+    "note_run",
+    "remember",
+]
+
+MAX_REMEMBERED_SUBMISSIONS = 500
+MAX_ATTEMPT_LOG = 500  # attempts of earlier phases, compacted
+MAX_SUPERSEDED = 50
+MAX_RUN_CHAIN = 25
+CARRY_LIMIT_BYTES = 1_200_000  # continue-as-new input, under the dev server's blob limit
+VIEW_EVIDENCE_BYTES = 512 * 1024  # evidence in one query answer or result
+TASKS_PAGE = 100
+_AUDIT_HEAD = 20  # audit entries kept from the start when the audit is trimmed
+
+
+def canonical(data: Any) -> bytes:
+    """Data as canonical JSON (sorted keys, compact): what sizes and digests are of."""
+    return json.dumps(data, separators=(",", ":"), sort_keys=True, default=str).encode()
+
+
+def evidence_digest(evidence: Mapping[str, Any]) -> tuple[str, int]:
+    """(sha256 hex, bytes) of evidence as canonical JSON."""
+    raw = canonical(evidence)
+    return hashlib.sha256(raw).hexdigest(), len(raw)
+
+
+def elided(artifact: PhaseArtifact) -> PhaseArtifact:
+    """The artifact without its evidence (digest and size kept)."""
+    if artifact.evidence_elided:
+        return artifact
+    sha, size = artifact.evidence_sha256, artifact.evidence_bytes
+    if sha is None or size is None:
+        sha, size = evidence_digest(artifact.evidence)
+    return artifact.model_copy(
+        update={
+            "evidence": {},
+            "evidence_sha256": sha,
+            "evidence_bytes": size,
+            "evidence_elided": True,
+        }
+    )
+
+
+def bounded_artifacts(
+    artifacts: Mapping[str, PhaseArtifact], budget: int = VIEW_EVIDENCE_BYTES
+) -> dict[str, PhaseArtifact]:
+    """Artifacts with their evidence while it fits ``budget``, newest phase first."""
+    out: dict[str, PhaseArtifact] = {}
+    spent = 0
+    for key in sorted(artifacts, key=lambda k: artifacts[k].phase, reverse=True):
+        artifact = artifacts[key]
+        size = artifact.evidence_bytes or len(canonical(artifact.evidence))
+        if spent + size <= budget:
+            spent += size
+            out[key] = artifact
+        else:
+            out[key] = elided(artifact)
+    return {k: out[k] for k in artifacts}
+
+
+def note_run(state: SessionState, run_id: str) -> None:
+    """Add this run to the session's run chain (first runs and the latest kept)."""
+    if run_id in state.run_chain:
+        return
+    state.run_chain.append(run_id)
+    if len(state.run_chain) > MAX_RUN_CHAIN:
+        del state.run_chain[1 : len(state.run_chain) - MAX_RUN_CHAIN + 1]
+
+
+def log_attempts(state: SessionState) -> None:
+    """Move the current phase's attempts, compacted, to the (bounded) attempt log."""
+    state.attempt_log.extend(a.compacted() for a in state.attempts)
+    del state.attempt_log[:-MAX_ATTEMPT_LOG]
+    state.attempts = []
+
+
+def remember(state: SessionState, submission_id: str | None, result: CheckpointResult) -> None:
+    """Keep a result for idempotent repeats (bounded, oldest dropped first); the next
+    phase's view is not stored — ``SessionState.repeat`` builds it again from state."""
+    if not submission_id:
+        return
+    if result.next_phase is not None:
+        result = result.model_copy(update={"next_phase": None})
+    state.processed[submission_id] = result
+    while len(state.processed) > MAX_REMEMBERED_SUBMISSIONS:
+        del state.processed[next(iter(state.processed))]
+
+
+def carry(state: SessionState, limit: int = CARRY_LIMIT_BYTES) -> dict[str, Any]:
+    """The state as continue-as-new input, compacted step by step until it fits ``limit``."""
+    data = state.model_dump(mode="json")
+    for step in _COMPACTION:
+        if len(canonical(data)) <= limit:
+            return data
+        step(state)
+        data = state.model_dump(mode="json")
+    return data
+
+
+# ---- compaction steps, mildest first --------------------------------------------
+
+
+def _compact_attempts(state: SessionState) -> None:
+    state.attempts = [a.compacted() for a in state.attempts]
+    state.superseded = [elided(a) for a in state.superseded[-MAX_SUPERSEDED:]]
+
+
+def _strip_old_phases(state: SessionState, keep: int = 3) -> None:
+    """Completed phases' texts (they are in earlier runs' histories); names and tasks stay."""
+    for index in sorted(state.past)[: max(len(state.past) - keep, 0)]:
+        phase = state.past[index]
+        state.past[index] = phase.model_copy(
+            update={
+                "content": "(content of this completed phase is in an earlier run's history)",
+                "tasks": [t.model_copy(update={"content": "", "context": []}) for t in phase.tasks],
+                "context": [],
+                "example_evidence": None,
+            }
+        )
+
+
+def _compact_remembered(state: SessionState) -> None:
+    keep = list(state.processed.items())[-100:]
+    state.processed = {k: _compact_result(r, problems=3) for k, r in keep}
+
+
+def _trim_logs(state: SessionState) -> None:
+    del state.attempt_log[:-50]
+    if len(state.audit) > 200:
+        del state.audit[_AUDIT_HEAD : len(state.audit) - 200 + _AUDIT_HEAD]
+
+
+def _elide_artifacts(state: SessionState) -> None:
+    """The oldest completed phases' evidence first, until the state fits."""
+    for index in sorted(state.artifacts):
+        state.artifacts[index] = elided(state.artifacts[index])
+        if len(canonical(state.model_dump(mode="json"))) <= CARRY_LIMIT_BYTES:
+            return
+
+
+def _strip_all_phases(state: SessionState) -> None:
+    _strip_old_phases(state, keep=0)
+    state.processed = {}
+    state.attempt_log = []
+
+
+_COMPACTION: tuple[Callable[[SessionState], None], ...] = (
+    _compact_attempts,
+    _strip_old_phases,
+    _compact_remembered,
+    _trim_logs,
+    _elide_artifacts,
+    _strip_all_phases,
+)
+
+
+def _compact_result(result: CheckpointResult, problems: int) -> CheckpointResult:
+    """A remembered answer: no next-phase view, few problems, short verify excerpts."""
+    return result.model_copy(
+        update={
+            "next_phase": None,
+            "problems": result.problems[:problems],
+            "warnings": result.warnings[:problems],
+            "verify": [v.model_copy(update={"excerpt": v.excerpt[-300:]}) for v in result.verify],
+            "example_evidence": None,
+        }
+    )
