@@ -88,7 +88,9 @@ def bounded_artifacts(
     """Artifacts with their evidence while it fits ``budget``, newest phase first."""
     out: dict[str, PhaseArtifact] = {}
     spent = 0
-    for key in sorted(artifacts, key=lambda k: artifacts[k].phase, reverse=True):
+    for key in sorted(
+        artifacts, key=lambda k: (artifacts[k].phase, artifacts[k].submitted_at), reverse=True
+    ):
         artifact = artifacts[key]
         size = artifact.evidence_bytes or len(canonical(artifact.evidence))
         if spent + size <= budget:

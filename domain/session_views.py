@@ -26,7 +26,7 @@ from phasegate.domain.messages import (
     TaskSummary,
     TaskView,
 )
-from phasegate.domain.session_bounds import TASKS_PAGE, bounded_artifacts, elided
+from phasegate.domain.session_bounds import TASKS_PAGE, VIEW_EVIDENCE_BYTES, bounded_artifacts
 
 if TYPE_CHECKING:
     from phasegate.domain.session import SessionState
@@ -83,7 +83,12 @@ def status_view(state: SessionState) -> SessionView:
         approval_due_at=state.approval_due_at if state.awaiting_approval else None,
         audit=state.audit[-AUDIT_IN_VIEW:],
         audit_total=len(state.audit) if len(state.audit) > AUDIT_IN_VIEW else None,
-        superseded=[elided(a) for a in state.superseded[-AUDIT_IN_VIEW:]],
+        superseded=list(
+            bounded_artifacts(
+                {str(n): a for n, a in enumerate(state.superseded[-AUDIT_IN_VIEW:])},
+                VIEW_EVIDENCE_BYTES // 2,
+            ).values()
+        ),
         attempt_log=state.attempt_log[-50:],
         feedback=state.feedback,
         artifacts={str(k): sorted(a.evidence) for k, a in sorted(state.artifacts.items())},
