@@ -3,11 +3,17 @@
 Checks come only from the workflow definition (``VerifyRequest.checks``, typed
 checks that ``domain.verify.parse_checks`` validated when the gate loaded);
 evidence is only ever text substituted into one argv element, path, pattern or
-value (see ``domain/verify.py``). Commands run without a shell, in their own
-process group, which is killed on timeout, on cancellation and when the
-command exits (so no stray children keep running). Every check yields a
-:class:`VerifyResult`; a broken check is a failed result, never an exception.
-The runners work outside an activity too (tests, CLI): heartbeats are skipped.
+value, each checked against its slot first (``domain/verify_contain.py``:
+``| path`` resolved inside the workspace with symlinks followed, no option or
+``@file`` values). Commands run as ``activities/_verify_run.py`` describes: no
+shell, a scrubbed environment with a scratch ``HOME``, interpreters the
+workspace cannot shadow, a process group killed on timeout, on cancellation,
+when the command exits and when the worker dies. Messages and excerpts are
+redacted of key material and of the worker's scrubbed values before they
+leave. Every check yields a :class:`VerifyResult`; a broken check or a refused
+value is a failed result, never an exception. The runners work outside an
+activity too (tests, CLI): heartbeats are skipped. The activity does not care
+which task queue it is registered on.
 """
 
 from __future__ import annotations
@@ -17,13 +23,11 @@ import json
 import operator
 import os
 import re
-import select
 import shlex
-import signal
 import subprocess
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
 from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,14 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from phasegate.activities._verify_run import (
+    HEARTBEAT_SECONDS,
+    CheckFailed,
+    Scratch,
+    heartbeat,
+    interpreter_argv,
+    run_process,
+)
 from phasegate.domain.verify import (
     CommandCheck,
     FileContainsCheck,
@@ -45,22 +57,19 @@ from phasegate.domain.verify import (
     excerpt,
     render,
 )
+from phasegate.domain.verify_contain import (
+    EvidenceRefused,
+    Slot,
+    check_environment,
+    redact,
+    scrubbed_values,
+    validate_pass_env,
+)
 
 __all__ = ["VerifyActivities"]
 
-_HEARTBEAT_SECONDS = 2.0
 _MAX_READ_BYTES = 32 * 1024 * 1024  # file_contains / json_value read at most this much
-_CAPTURE_BYTES = 4 * 1024 * 1024  # command output kept for matching: this much head + tail
 _GIT_TIMEOUT = 120.0
-
-
-class _Failed(Exception):
-    """A check cannot go on; its message becomes the failed result's message."""
-
-
-def _heartbeat(*details: Any) -> None:
-    if activity.in_activity():
-        activity.heartbeat(*details)
 
 
 class VerifyActivities:
@@ -68,10 +77,16 @@ class VerifyActivities:
 
     Args:
         max_output_chars: Length of the output excerpt kept in each result.
+        pass_env: Names of further worker variables commands may inherit (e.g.
+            ``JAVA_HOME``); phasegate's own and credential-like names are refused.
+
+    Raises:
+        ValueError: ``pass_env`` names ``PHASEGATE_*``, ``TEMPORAL_*`` or a credential.
     """
 
-    def __init__(self, *, max_output_chars: int = 2000) -> None:
+    def __init__(self, *, max_output_chars: int = 2000, pass_env: Iterable[str] = ()) -> None:
         self.max_output_chars = max_output_chars
+        self.pass_env = validate_pass_env(pass_env)
 
     @activity.defn(name="run_verify_checks")
     def run_verify_checks(self, req: VerifyRequest) -> VerifyReport:
@@ -99,7 +114,7 @@ class VerifyActivities:
         run = _Run(self, req, workspace)
         results = []
         for index, check in enumerate(req.checks):
-            _heartbeat({"check": index, "name": check.name})
+            heartbeat({"check": index, "name": check.name})
             results.append(run.run(check))
         return VerifyReport(results=results, passed=all(r.passed for r in results))
 
@@ -109,31 +124,64 @@ class _Run:
 
     def __init__(self, owner: VerifyActivities, req: VerifyRequest, workspace: Path) -> None:
         self.limit = owner.max_output_chars
+        self.pass_env = owner.pass_env
         self.req = req
         self.workspace = workspace
         self.session = {"id": req.session_id, "target": req.target}
+        given = check_environment(os.environ, home="", tmp="", pass_env=self.pass_env)
+        self.secrets = scrubbed_values(os.environ, given)
 
     def run(self, check: VerifyCheck) -> VerifyResult:
         runner: Callable[[Any], VerifyResult] = getattr(self, f"_{check.kind}")
         start = time.monotonic()
         try:
             result = runner(check)
-        except _Failed as exc:
+        except CheckFailed as exc:
             result = self.result(check, False, str(exc))
         except CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a broken check is a failed check
             result = self.result(check, False, f"check failed to run: {type(exc).__name__}: {exc}")
         elapsed = int((time.monotonic() - start) * 1000)
-        return result.model_copy(update={"duration_ms": elapsed})
+        return result.model_copy(update={
+            "duration_ms": elapsed,
+            "message": redact(result.message, self.secrets),
+            "excerpt": redact(result.excerpt, self.secrets),
+        })  # fmt: skip
 
     # ---- helpers -------------------------------------------------------
 
-    def text(self, value: str, what: str, quote: Callable[[str], str] | None = None) -> str:
-        out, missing = render(value, self.req.evidence, self.session, quote=quote)
+    def text(
+        self,
+        value: str,
+        what: str,
+        quote: Callable[[str], str] | None = None,
+        *,
+        slot: Slot = "text",
+        base: Path | None = None,
+    ) -> str:
+        """``value`` rendered for ``slot``; ``| path`` values resolve from ``base``."""
+        resolve = partial(self.contained, base=base or self.workspace)
+        try:
+            out, missing = render(value, self.req.evidence, self.session, quote=quote,
+                                  slot=slot, resolve_path=resolve)  # fmt: skip
+        except EvidenceRefused as exc:
+            raise CheckFailed(f"{what}: {exc}") from None
         if missing:
-            raise _Failed(f"{what} needs {', '.join(missing)}, which is missing or empty")
+            raise CheckFailed(f"{what} needs {', '.join(missing)}, which is missing or empty")
         return out
+
+    def contained(self, value: str, base: Path) -> str:
+        """A ``| path`` value: resolved from ``base`` (symlinks followed) inside the
+        workspace, as a path relative to ``base``; ValueError when it leaves."""
+        try:
+            real = Path(os.path.realpath(base / value))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"it is not a usable path ({exc})") from None
+        if real != self.workspace and self.workspace not in real.parents:
+            raise ValueError(f"it resolves to {real}, outside the workspace")
+        rel = os.path.relpath(real, base)
+        return f"./{rel}" if rel.startswith(("-", "@")) else rel
 
     def value(self, value: Any, what: str) -> Any:
         if isinstance(value, str):
@@ -149,9 +197,9 @@ class _Run:
         try:
             path = (self.workspace / rel).resolve()
         except (OSError, ValueError, RuntimeError) as exc:
-            raise _Failed(f"{what} {rel!r} is not a usable path: {exc}") from None
+            raise CheckFailed(f"{what} {rel!r} is not a usable path: {exc}") from None
         if path != self.workspace and self.workspace not in path.parents:
-            raise _Failed(
+            raise CheckFailed(
                 f"{what} {rel!r} resolves to {path}, outside the workspace {self.workspace}; "
                 "use a path inside the workspace"
             )
@@ -161,11 +209,11 @@ class _Run:
         return VerifyResult(name=check.name, kind=check.kind, passed=passed, message=message, **kw)
 
     def read(self, check: FileContainsCheck | JsonValueCheck) -> tuple[str, str]:
-        rel = self.text(check.path, "path")
+        rel = self.text(check.path, "path", slot="path")
         path = self.inside(rel, "path")
         if not path.is_file():
             state = "is a directory" if path.is_dir() else "does not exist"
-            raise _Failed(f"{rel} {state}; expected a file there")
+            raise CheckFailed(f"{rel} {state}; expected a file there")
         with path.open("rb") as fh:
             data = fh.read(_MAX_READ_BYTES)
         return rel, data.decode("utf-8", errors="replace")
@@ -173,28 +221,27 @@ class _Run:
     # ---- runners -------------------------------------------------------
 
     def _command(self, check: CommandCheck) -> VerifyResult:
-        argv = [self.text(arg, f"argv[{i}]") for i, arg in enumerate(check.argv)]
-        for i, (raw, arg) in enumerate(zip(check.argv, argv, strict=True)):
-            # An element that starts with evidence must not become an option: "-k=..." or
-            # "--deselect=..." would change what the command checks.
-            if raw.lstrip().startswith("{{") and arg.startswith("-"):
-                raise _Failed(
-                    f"argv[{i}] comes from evidence and starts with '-' ({_clip(arg, 60)!r}); "
-                    "evidence may name things, not pass options"
-                )
+        cwd = self.inside(check.cwd, "cwd")
+        if not cwd.is_dir():
+            raise CheckFailed(f"cwd {check.cwd!r} is not a directory in the workspace")
+        argv = [
+            self.text(arg, f"argv[{i}]", slot="argv", base=cwd) for i, arg in enumerate(check.argv)
+        ]
         pattern = None
         if check.stdout_pattern is not None:
             source = self.text(check.stdout_pattern, "stdout_pattern", re.escape)
             try:
                 pattern = re.compile(source)
             except re.error as exc:
-                raise _Failed(f"stdout_pattern is not a valid regex: {exc}") from None
-        cwd = self.inside(check.cwd, "cwd")
-        if not cwd.is_dir():
-            raise _Failed(f"cwd {check.cwd!r} is not a directory in the workspace")
+                raise CheckFailed(f"stdout_pattern is not a valid regex: {exc}") from None
         shown = _clip(shlex.join(argv), 200)
-        output, code, timed_out = _run_process(argv, cwd, check.env, check.timeout_seconds)
-        kept = excerpt(output, self.limit)
+        with Scratch() as scratch:
+            env = check_environment(os.environ, home=str(scratch.home), tmp=str(scratch.tmp),
+                                    declared=check.env, pass_env=self.pass_env)  # fmt: skip
+            output, code, timed_out = run_process(
+                interpreter_argv(argv), cwd, env, check.timeout_seconds
+            )
+        kept = excerpt(redact(output, self.secrets), self.limit)
         if timed_out:
             message = f"`{shown}` timed out after {check.timeout_seconds:g}s and was killed"
             return self.result(check, False, message, excerpt=kept)
@@ -210,7 +257,7 @@ class _Run:
         return self.result(check, True, message, exit_code=code, excerpt=kept)
 
     def _file_exists(self, check: FileExistsCheck) -> VerifyResult:
-        rel = self.text(check.path, "path")
+        rel = self.text(check.path, "path", slot="path")
         path = self.inside(rel, "path")
         if path.is_file():
             return self.result(check, True, f"{rel} exists")
@@ -220,12 +267,12 @@ class _Run:
     def _glob_count(self, check: GlobCountCheck) -> VerifyResult:
         pattern = self.text(check.pattern, "pattern", glob_escape)
         if pattern.startswith("/") or ".." in Path(pattern).parts:
-            raise _Failed(f"pattern {pattern!r} leaves the workspace; use a relative pattern")
+            raise CheckFailed(f"pattern {pattern!r} leaves the workspace; use a relative pattern")
         matches, outside, last = [], 0, time.monotonic()
         try:
             for found in self.workspace.glob(pattern):
-                if time.monotonic() - last >= _HEARTBEAT_SECONDS:
-                    _heartbeat({"glob": pattern, "matched": len(matches)})
+                if time.monotonic() - last >= HEARTBEAT_SECONDS:
+                    heartbeat({"glob": pattern, "matched": len(matches)})
                     last = time.monotonic()
                 real = found.resolve()
                 if real != self.workspace and self.workspace not in real.parents:
@@ -233,7 +280,7 @@ class _Run:
                 elif real.is_file():
                     matches.append(found.relative_to(self.workspace).as_posix())
         except (ValueError, NotImplementedError, OSError) as exc:
-            raise _Failed(f"pattern {pattern!r} cannot be used: {exc}") from None
+            raise CheckFailed(f"pattern {pattern!r} cannot be used: {exc}") from None
         low = 1 if check.min is None and check.max is None else check.min
         wanted = " and ".join(
             f"{word} {n}"
@@ -254,7 +301,7 @@ class _Run:
         try:
             match = re.search(source, text, re.MULTILINE)
         except re.error as exc:
-            raise _Failed(f"pattern is not a valid regex: {exc}") from None
+            raise CheckFailed(f"pattern is not a valid regex: {exc}") from None
         if match is None:
             return self.result(check, False, f"{rel} has no match for /{_clip(source, 120)}/")
         line = text.count("\n", 0, match.start()) + 1
@@ -264,14 +311,15 @@ class _Run:
     def _git_changed(self, check: GitChangedCheck) -> VerifyResult:
         specs = [
             os.path.relpath(
-                self.inside(self.text(raw, f"paths[{i}]"), f"paths[{i}]"), self.workspace
+                self.inside(self.text(raw, f"paths[{i}]", slot="path"), f"paths[{i}]"),
+                self.workspace,
             )
             for i, raw in enumerate(check.paths)
         ]
         base = self.req.base_commit
         found = _git(self.workspace, "rev-parse", "--verify", "-q", f"{base or 'HEAD'}^{{commit}}")
         if found.returncode not in (0, 1):  # 128: not a repository, or one git refuses
-            raise _Failed(f"{self.workspace} is not a usable git repository "
+            raise CheckFailed(f"{self.workspace} is not a usable git repository "
                           f"({_clip(found.stderr.strip(), 200)}); run `git init` there and "
                           "commit, or remove the git_changed check")  # fmt: skip
         if found.returncode == 0:
@@ -279,14 +327,14 @@ class _Run:
         elif base is None:  # a repository without commits yet: everything is new
             against = _git(self.workspace, "hash-object", "-t", "tree", "/dev/null").stdout.strip()
         else:
-            raise _Failed(f"base commit {base!r} is not in the repository at {self.workspace}")
+            raise CheckFailed(f"base commit {base!r} is not in the repository at {self.workspace}")
         changed: set[str] = set()
         for args in (("diff", "--name-only", "--relative", "-z", against),
                      ("diff", "--cached", "--name-only", "--relative", "-z", against),
                      ("ls-files", "--others", "--exclude-standard", "-z")):  # fmt: skip
             done = _git(self.workspace, *args, "--", *specs)
             if done.returncode != 0:
-                raise _Failed(f"`git {args[0]}` failed: {_clip(done.stderr.strip(), 300)}")
+                raise CheckFailed(f"`git {args[0]}` failed: {_clip(done.stderr.strip(), 300)}")
             changed.update(name for name in done.stdout.split("\0") if name)
         since = f"since {against[:12]}" if base else "in the working tree"
         message = f"{len(changed)} file(s) changed under {', '.join(specs)} {since}; "
@@ -303,134 +351,48 @@ class _Run:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise _Failed(f"{rel} is not valid JSON: {exc}") from None
+            raise CheckFailed(f"{rel} is not valid JSON: {exc}") from None
         actual = _follow(data, check.field, rel)
         if check.evidence_field is not None:
             expected = self.req.evidence.get(check.evidence_field)
             if expected is None:
-                raise _Failed(f"evidence field {check.evidence_field!r} is missing")
+                raise CheckFailed(f"evidence field {check.evidence_field!r} is missing")
             what = f"evidence.{check.evidence_field} ({expected!r})"
         else:
             expected = self.value(check.value, "value")
             what = repr(expected)
         ok = _compare(actual, check.op, expected)
         if ok is None:
-            raise _Failed(f"{rel} {check.field} = {_clip(repr(actual), 80)} cannot be compared "
+            raise CheckFailed(f"{rel} {check.field} = {_clip(repr(actual), 80)} cannot be compared "
                           f"with {check.op} {what}: not numbers")  # fmt: skip
         verdict = "satisfied" if ok else "not satisfied"
         message = f"{rel} {check.field} = {_clip(repr(actual), 80)}; expected {check.op} {what}"
         return self.result(check, ok, f"{message} ({verdict})")
 
 
-# --------------------------------------------------------------------------- processes
-
-
-def _run_process(
-    argv: list[str], cwd: Path, env: dict[str, str], timeout: float
-) -> tuple[str, int, bool]:
-    """Run ``argv``; returns (output, exit code, timed out). Raises _Failed if it cannot start."""
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env={**os.environ, **env},
-        )
-    except FileNotFoundError:
-        raise _Failed(f"command not found: {argv[0]}") from None
-    except PermissionError:
-        raise _Failed(f"command not executable: {argv[0]}") from None
-    except (OSError, ValueError) as exc:
-        raise _Failed(f"command could not start: {argv[0]}: {exc}") from None
-    assert proc.stdout is not None
-    capture = _Capture()
-    stop = threading.Event()
-    reader = threading.Thread(target=_pump, args=(proc.stdout.fileno(), capture, stop), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + timeout
-    timed_out = False
-    try:
-        while not timed_out:
-            try:
-                proc.wait(timeout=max(0.0, min(deadline - time.monotonic(), _HEARTBEAT_SECONDS)))
-                break
-            except subprocess.TimeoutExpired:
-                timed_out = time.monotonic() >= deadline
-                _heartbeat({"command": argv[0], "output_bytes": capture.size})
-    finally:  # also on cancellation, which Temporal raises into this thread
-        with _shielded():
-            try:  # the whole group: stray children must not outlive the check
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait()
-            reader.join(timeout=2)  # EOF comes at once unless a child escaped the group
-            stop.set()
-            reader.join(timeout=1)
-            proc.stdout.close()
-    return capture.text(), proc.returncode, timed_out
-
-
-def _shielded() -> contextlib.AbstractContextManager[None]:
-    """Delay Temporal's thread cancellation until the clean-up is done."""
-    if activity.in_activity():
-        return activity.shield_thread_cancel_exception()
-    return contextlib.nullcontext()
-
-
-def _pump(fd: int, capture: _Capture, stop: threading.Event) -> None:
-    """Read ``fd`` until EOF, or until ``stop`` is set and a poll finds nothing new."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    while True:
-        if not poller.poll(200):
-            if stop.is_set():
-                return
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            return
-        capture.add(chunk)
-        if not chunk or stop.is_set():
-            return
-
-
-class _Capture:
-    """Output kept for matching: the first and the last ``_CAPTURE_BYTES`` bytes."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.size = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.size += len(chunk)
-        self.data += chunk
-        if len(self.data) > 2 * _CAPTURE_BYTES:
-            del self.data[_CAPTURE_BYTES : len(self.data) - _CAPTURE_BYTES]
-
-    def text(self) -> str:
-        data = bytes(self.data)
-        if self.size > len(data):
-            mark = f"\n… [{self.size - len(data)} bytes omitted] …\n".encode()
-            data = data[:_CAPTURE_BYTES] + mark + data[_CAPTURE_BYTES:]
-        return data.decode("utf-8", errors="replace")
+# --------------------------------------------------------------------------- git
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    argv = ["git", "--literal-pathspecs", "-c", "core.quotepath=off", *args]
+    """git on the workspace with the checks' allowlisted environment (the real HOME, for
+    the operator's git config), no fsmonitor hook and, for diffs, no external diff or
+    textconv programs: the workspace's .git/config is the agent's to write. (Its clean
+    filters still run on changed files: a sealed deployment contains those.)"""
+    home = os.environ.get("HOME", "/")
+    env = check_environment(os.environ, home=home, tmp=os.environ.get("TMPDIR", "/tmp"))
+    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    if args[0] == "diff":
+        args = (args[0], "--no-ext-diff", "--no-textconv", *args[1:])
+    argv = ["git", "--literal-pathspecs", "-c", "core.quotepath=off", "-c", "core.fsmonitor=false",
+            *args]  # fmt: skip
     try:
         return subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, errors="replace", timeout=_GIT_TIMEOUT, env=env,
                               check=False)  # fmt: skip
     except FileNotFoundError:
-        raise _Failed("git is not installed on the worker; install git") from None
+        raise CheckFailed("git is not installed on the worker; install git") from None
     except subprocess.TimeoutExpired:
-        raise _Failed(f"`git {args[0]}` took longer than {_GIT_TIMEOUT:g}s") from None
+        raise CheckFailed(f"`git {args[0]}` took longer than {_GIT_TIMEOUT:g}s") from None
 
 
 # --------------------------------------------------------------------------- json
@@ -443,15 +405,15 @@ def _follow(data: Any, dotted: str, rel: str) -> Any:
         if isinstance(node, dict):
             if part not in node:
                 keys = ", ".join(map(str, list(node)[:10])) or "none"
-                raise _Failed(f"{rel}: {where} has no key {part!r} (keys: {keys})")
+                raise CheckFailed(f"{rel}: {where} has no key {part!r} (keys: {keys})")
             node = node[part]
         elif isinstance(node, list) and part.isdigit():
             if int(part) >= len(node):
-                raise _Failed(f"{rel}: {where} has {len(node)} item(s), no index {part}")
+                raise CheckFailed(f"{rel}: {where} has {len(node)} item(s), no index {part}")
             node = node[int(part)]
         else:
             kind = type(node).__name__
-            raise _Failed(f"{rel}: cannot look up {part!r} in {where}, which is a {kind}")
+            raise CheckFailed(f"{rel}: cannot look up {part!r} in {where}, which is a {kind}")
     return node
 
 

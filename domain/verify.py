@@ -12,15 +12,27 @@ output.
 
 Templates: ``{{ evidence.<field> }}``, ``{{ session.id }}`` and
 ``{{ session.target }}`` are the only references allowed, and only in the
-fields listed in :data:`TEMPLATED_FIELDS`. A value is substituted as text into
-the one string it appears in: an argv element stays one argument (no shell),
-and inside a regex or glob the value is escaped, so it matches literally.
+fields listed in :data:`TEMPLATED_FIELDS`; a reference may declare a type,
+``{{ evidence.test_path | path }}`` (``path``, ``name`` or ``int``). A value is
+substituted as text into the one string it appears in: an argv element stays
+one argument (no shell), and inside a regex or glob the value is escaped, so it
+matches literally.
+
+What evidence can do to a check (ARCHITECTURE.md "Who can do what"): nothing
+beyond filling those slots, at levels 1-3 alike, because the checks come from
+the definition and the workflow decides. Each value is checked against its
+slot before anything runs (``domain/verify_contain.py``): ``| path`` resolves,
+symlinks followed, inside the workspace; no value may start with ``-`` or
+``@`` (an option, a pytest ``@args`` file) or hold NUL or a line break; an
+untyped argv value may not be absolute or climb with ``..``. A refused value is
+a failed check that names the field and what to send instead. What the
+workspace's own code can do when a command runs it is bounded by the worker's
+OS user, not by this module (docs/sealed-verify.md).
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal
@@ -37,9 +49,11 @@ from pydantic import (
 
 from phasegate.domain.errors import GateDefinitionError
 from phasegate.domain.regex import check_regex
+from phasegate.domain.verify_contain import ARG_TYPES, Slot, typed_value
 
 __all__ = [
     "CHECK_MODELS",
+    "PATH_FIELDS",
     "TEMPLATED_FIELDS",
     "CommandCheck",
     "FileContainsCheck",
@@ -212,6 +226,10 @@ TEMPLATED_FIELDS: dict[str, tuple[str, ...]] = {
     "json_value": ("path", "value"),
 }
 
+#: Fields whose references may be typed ``| path`` (and where untyped values follow
+#: the strict rule): an argv element, or a path the activity resolves.
+PATH_FIELDS: dict[str, Slot] = {"argv": "argv", "path": "path", "paths": "path"}
+
 
 class VerifySection(BaseModel):
     """A gate file's ``verify:`` as written: a list of mappings, before
@@ -253,12 +271,17 @@ class VerifyReport(BaseModel):
 # --------------------------------------------------------------------------- templates
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
-_REFERENCE = re.compile(r"^\s*(evidence\.[A-Za-z][A-Za-z0-9_]*|session\.(?:id|target))\s*$")
-_TEMPLATE_HINT = "use {{ evidence.<field> }}, {{ session.id }} or {{ session.target }}"
+_REFERENCE = re.compile(
+    r"^\s*(evidence\.[A-Za-z][A-Za-z0-9_]*|session\.(?:id|target))\s*(?:\|\s*(\S*)\s*)?$"
+)
+_TEMPLATE_HINT = (
+    "use {{ evidence.<field> }}, {{ session.id }} or {{ session.target }}, optionally typed: "
+    "{{ evidence.<field> | path }} (or | name, | int)"
+)
 
 
 def template_refs(text: str) -> list[str]:
-    """The references in ``text``, e.g. ``["evidence.coverage"]``.
+    """The references in ``text``, e.g. ``["evidence.coverage"]`` (types left off).
 
     Args:
         text: A string from a check.
@@ -267,15 +290,25 @@ def template_refs(text: str) -> list[str]:
         The references in order of appearance.
 
     Raises:
-        ValueError: A ``{{ ... }}`` holds anything but an allowed reference, or
-            the text has ``{%``/``{#`` blocks or an unclosed ``{{``.
+        ValueError: A ``{{ ... }}`` holds anything but an allowed reference (with
+            an optional ``| path``/``| name``/``| int``), or the text has
+            ``{%``/``{#`` blocks or an unclosed ``{{``.
     """
+    return [ref for ref, _ in _typed_refs(text)]
+
+
+def _typed_refs(text: str) -> list[tuple[str, str | None]]:
     refs = []
     for match in _TEMPLATE.finditer(text):
         ref = _REFERENCE.match(match.group(1))
         if ref is None:
             raise ValueError(f"unsupported template reference {match.group(0)!r}")
-        refs.append(ref.group(1))
+        if ref.group(2) is not None and ref.group(2) not in ARG_TYPES:
+            raise ValueError(
+                f"unsupported template reference {match.group(0)!r}: unknown type "
+                f"{ref.group(2)!r} (types: {', '.join(ARG_TYPES)})"
+            )
+        refs.append((ref.group(1), ref.group(2)))
     rest = _TEMPLATE.sub("", text)
     for token in ("{{", "}}", "{%", "{#"):
         if token in rest:
@@ -289,6 +322,8 @@ def render(
     session: Mapping[str, str],
     *,
     quote: Callable[[str], str] | None = None,
+    slot: Slot = "text",
+    resolve_path: Callable[[str], str] | None = None,
 ) -> tuple[str, list[str]]:
     """Fill the references in ``text`` (already checked by :func:`parse_checks`).
 
@@ -297,10 +332,16 @@ def render(
         evidence: The submitted evidence.
         session: ``{"id": ..., "target": ...}``.
         quote: Applied to each substituted value (``re.escape`` for a regex).
+        slot: Where the text lands (``"argv"``, ``"path"`` or ``"text"``): decides
+            the rule an untyped value must meet (``verify_contain.typed_value``).
+        resolve_path: Resolves a ``| path`` value inside the workspace.
 
     Returns:
         The text, and the references that had no value (missing, null or
         empty); when that list is not empty the text must not be used.
+
+    Raises:
+        EvidenceRefused: A value breaks its slot's rule or declared type.
     """
     missing: list[str] = []
 
@@ -314,7 +355,7 @@ def render(
         if value is None or value == "":
             missing.append(ref.group(1))
             return ""
-        text_value = value if isinstance(value, str) else json.dumps(value)
+        text_value = typed_value(ref.group(1), value, ref.group(2), slot, resolve_path)
         return quote(text_value) if quote else text_value
 
     return _TEMPLATE.sub(fill, text), missing
@@ -412,10 +453,13 @@ def _check_templates(check: _Check, source: str, path: str, known: set[str] | No
                     raise _error(source, where, f"templates are not allowed in {key}", hint)
                 continue
             try:
-                refs = template_refs(text)
+                refs = _typed_refs(text)
             except ValueError as exc:
                 raise _error(source, where, str(exc), _TEMPLATE_HINT) from None
-            for ref in refs:
+            for ref, kind in refs:
+                if kind == "path" and key not in PATH_FIELDS:
+                    hint = "| path is for argv, path and paths; use | name or no type here"
+                    raise _error(source, where, f"{ref} cannot be a path in {key}", hint)
                 field = ref.removeprefix("evidence.")
                 if known is not None and ref.startswith("evidence.") and field not in known:
                     hint = f"declare it under evidence_schema (have: {', '.join(sorted(known))})"
