@@ -189,8 +189,14 @@ def test_a_workspace_pytest_py_does_not_shadow_pytest(ws: Path) -> None:
     r = run(ws, check)
     assert not r.passed and r.exit_code == 1, r.excerpt
     assert "1 failed, 1 passed" in r.excerpt and "total is off by one" in r.excerpt
-    for argv in (["python3", "-m", "pytest"], [PY, "-X", "dev", "-u", "-mpytest", "tests"]):
-        assert interpreter_argv(argv)[:-2] != argv[:-2] or "-c" in interpreter_argv(argv)
+    boot = interpreter_argv(["python3", "-m", "pytest", "-q"])
+    assert boot[:2] == ["python3", "-c"] and boot[3:] == ["-m", "pytest", "-q"]
+    for argv, expected in (
+        ([PY, "-X", "dev", "-mpytest", "tests"], [PY, "-X", "dev", "-c", boot[2], "-m", "pytest", "tests"]),
+        ([PY, "-umpytest"], [PY, "-u", "-c", boot[2], "-m", "pytest"]),
+        (["python3.11", "-Werror", "-c", "pass", "x"], ["python3.11", "-Werror", "-c", boot[2], "-c", "pass", "x"]),
+    ):  # fmt: skip
+        assert interpreter_argv(argv) == expected
     r = run(ws, {"kind": "command", "argv": [PY, "-X", "dev", "-umpytest", "-q", "tests"]})
     assert not r.passed and "1 failed" in r.excerpt
 
