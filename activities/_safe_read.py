@@ -157,7 +157,7 @@ def read_bytes(
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > limit:
-        raise _refuse(path, what, _too_big(len(data), limit, grew=True), size_hint or hint)
+        raise _refuse(path, what, _too_big(limit, limit, grew=True), size_hint or hint)
     return data
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from phasegate.activities import _safe_read as safe_read
+import phasegate.activities._safe_read as safe_read
 from phasegate.activities.snapshots import SnapshotStore
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.gate_fallback import gate_from_checklist
@@ -92,9 +92,9 @@ def load_spec(
         )
     if not safe_read.inside(path, roots):
         real = safe_read.real_path(path)
-        shown = f"{path} (really {real})" if real != path else str(path)
+        really = f" (it resolves to {real})" if real != path else ""
         raise DefinitionError(
-            f"the spec {shown} is outside {' and '.join(map(str, roots))}",
+            f"the spec is outside {' and '.join(map(str, roots))}{really}",
             where=str(path),
             hint=hint,
         )

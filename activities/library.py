@@ -27,7 +27,7 @@ import yaml
 from markdown_it import MarkdownIt
 from pydantic import ValidationError
 
-from phasegate.activities import _safe_read as safe_read
+import phasegate.activities._safe_read as safe_read
 from phasegate.domain.errors import (
     DefinitionError,
     GateDefinitionError,

@@ -36,7 +36,7 @@ from markdown_it import MarkdownIt
 from pydantic import BaseModel
 from temporalio import activity
 
-from phasegate.activities import _safe_read as safe_read
+import phasegate.activities._safe_read as safe_read
 from phasegate.activities.library import LIBRARY_FILE_LIMIT, list_workflows
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.rag import (

@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from phasegate.activities import _safe_read as safe_read
+import phasegate.activities._safe_read as safe_read
 from phasegate.activities.tasks_parser import parse_tasks_md
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.spec import ParsedSpec
