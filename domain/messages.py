@@ -67,7 +67,7 @@ MAX_TEXT_CHARS = 2000  # comments, reasons
 MAX_ID_CHARS = 128  # submission ids, task ids, workflow types
 MAX_PATH_CHARS = 4096
 MAX_PHASE = 10_000
-MAX_EVIDENCE_BYTES_LIMIT = 1024 * 1024  # highest max_evidence_bytes a session may set
+MAX_EVIDENCE_BYTES_LIMIT = 512 * 1024  # highest max_evidence_bytes (carry must fit)
 MAX_OPTIONS_BYTES = 64 * 1024  # a session's options as JSON, extra keys included
 MAX_LIST_ITEMS = 64  # approvers, approver keys
 

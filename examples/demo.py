@@ -26,6 +26,7 @@ from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import DevServer
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.messages import GateView, PhaseView, SequenceViolation, SessionOptions
+from phasegate.domain.signing import ApproverKey
 from phasegate.temporal import connect, load_settings
 from phasegate.testing import complete_evidence, example_evidence
 from phasegate.worker import build_worker
@@ -70,7 +71,8 @@ def show_gate(gate: GateView) -> None:
         say(f"   + approval by: {', '.join(gate.approvers) or 'any approver'}")
 
 
-async def walk(pg: PhasegateClient, ui_url: str | None, key_dir: Path) -> str:
+def lead_key(key_dir: Path) -> ApproverKey:
+    """The lead's public key, created on first use (the private key stays in ``key_dir``)."""
     step("The lead creates a signing key (phasegate keys new lead)")
     lead = (
         keys.public_key("lead", directory=key_dir)
@@ -78,12 +80,19 @@ async def walk(pg: PhasegateClient, ui_url: str | None, key_dir: Path) -> str:
         else keys.new_key("lead", directory=key_dir)
     )
     say(f"lead's public key: {lead.public_key}  (private key 0600 under {keys.keys_dir(key_dir)})")
+    say(
+        "the worker names the lead as approver "
+        '(PHASEGATE_APPROVER_KEYS="$(phasegate keys export lead)"); a session cannot add keys'
+    )
+    return lead
 
+
+async def walk(pg: PhasegateClient, ui_url: str | None, key_dir: Path) -> str:
     step("Start a spec_execution_v1 session over examples/specs/todo-api")
     sid = await pg.start(
         "spec_execution_v1",
         str(SPEC),
-        options=SessionOptions(spec_path=str(SPEC), approver_keys=[lead]),
+        options=SessionOptions(spec_path=str(SPEC)),
         session_id=f"demo-{uuid.uuid4().hex[:8]}",
     )
     status = await pg.status(sid)
@@ -182,6 +191,9 @@ async def main() -> int:
         ui_url = server.ui_url
     elif explicit:
         ui_url = None
+    key_dir = Path(settings.home) / "demo-config"
+    lead = lead_key(key_dir)
+    settings = settings.model_copy(update={"approver_keys_file": lead.model_dump_json()})
     try:
         client = await connect(settings)
         pg = PhasegateClient(client, settings.task_queue)
@@ -190,7 +202,7 @@ async def main() -> int:
                 say(
                     f"worker running on task queue {settings.task_queue!r} at {settings.temporal_address}"
                 )
-                await walk(pg, ui_url, Path(settings.home) / "demo-config")
+                await walk(pg, ui_url, key_dir)
     finally:
         if server is not None:
             server.stop()

@@ -151,3 +151,25 @@ def test_repeat_of_a_compacted_answer_never_points_ahead():
     revived = SessionState.model_validate(state.carry())
     assert revived.repeat("good").passed and revived.repeat("bad").problems
     assert json.loads(PHASES[0].example_evidence or "{}") == GOOD[0]
+
+
+def test_worst_case_session_still_carries_under_the_limit():
+    # The largest rendered phase allowed, awaiting approval of the largest evidence allowed,
+    # after many attempts, answers and controls: continue-as-new must still fit.
+    from phasegate.domain.messages import MAX_EVIDENCE_BYTES_LIMIT
+
+    gate = {
+        "evidence_schema": {"blob": {"type": "string"}},
+        "approval": {"required": True, "approvers": ["lead"]},
+    }
+    big_phase = make_phase(0, gate).model_copy(update={"content": "p" * (500 * 1024)})
+    phases = [big_phase, make_phase(1, gate)]
+    state = new_state(phases, options=SessionOptions(max_evidence_bytes=MAX_EVIDENCE_BYTES_LIMIT))
+    for n in range(300):
+        submit(state, 0, {"blob": 5}, sid=f"bad-{n}", phases=phases)
+    evidence = {"blob": "e" * (MAX_EVIDENCE_BYTES_LIMIT - 20)}
+    assert submit(state, 0, evidence, sid="good", phases=phases).awaiting_approval
+    carried = state.carry()
+    assert len(canonical(carried)) <= CARRY_LIMIT_BYTES
+    revived = SessionState.model_validate(carried)
+    assert revived.pending is not None and revived.pending.evidence == evidence
