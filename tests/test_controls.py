@@ -9,7 +9,7 @@ from fixture_evidence import GOOD_0
 
 from phasegate.domain.errors import PhasegateError, PhaseSequenceViolation, SessionNotActive
 from phasegate.domain.messages import ControlRequest, PhaseView, SequenceViolation, SessionStatus
-from phasegate.workflows.gated_session import _details_markdown
+from phasegate.domain.session_views import details_markdown
 
 
 async def _to_phase_2(pg, sid):
@@ -105,7 +105,7 @@ def test_every_status_renders_web_ui_details(tmp_path):
     )
     for status in get_args(SessionStatus):
         state.status = status
-        assert "phase 0 (1 of 2)" in _details_markdown(state)
+        assert "phase 0 (1 of 2)" in details_markdown(state)
 
 
 async def test_rollback_forgets_answers_about_undone_phases(session_env, tmp_path):
