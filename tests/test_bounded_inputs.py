@@ -126,6 +126,17 @@ def test_paths_leading_out_of_the_target_are_refused(tmp_path, how):
     assert "outside" in _refused(_acts(tmp_path), target, "/etc/passwd").message
 
 
+def test_the_file_actually_opened_is_checked_against_the_roots(tmp_path):
+    # No path check before the open here: only the real path of the opened file (as a
+    # symlink swapped in after a check would leave it) decides.
+    target = _target(tmp_path)
+    (tmp_path / "secret.md").write_text("secret\n")
+    (target / "tasks.md").symlink_to(tmp_path / "secret.md")
+    with pytest.raises(DefinitionError) as err:
+        safe_read.read_bytes(target / "tasks.md", limit=1024, roots=[target.resolve()])
+    assert f"resolves to {(tmp_path / 'secret.md').resolve()}, outside" in err.value.message
+
+
 def test_a_symlink_that_stays_inside_and_configured_roots_are_accepted(tmp_path):
     target = _target(tmp_path)
     (target / "specs").mkdir()
