@@ -245,12 +245,10 @@ def scrubbed_values(environ: Mapping[str, str], env: Mapping[str, str]) -> dict[
 
 _KEY_NOTE = "[redacted: looks like private key material]"
 _B64 = "A-Za-z0-9+/"
-_BEGIN, _END = "-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----", "-----END [A-Z0-9 ]*PRIVATE KEY-----"
-_KEY_PATTERNS = (
-    # a PEM/OpenSSH private key block, or its start when the output was cut
-    re.compile(rf"{_BEGIN}.*?(?:{_END}|\Z)", re.DOTALL),
-    # the end of a block whose start was cut
-    re.compile(rf"(?:^[{_B64}=]{{16,}}[ \t]*\n)+{_END}", re.MULTILINE),
+_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+_BODY = re.compile(rf"[{_B64}=]*|[A-Za-z-]+: .*")  # a base64 line, or Proc-Type:/DEK-Info:
+_INLINE_KEYS = (
     # an Ed25519 PKCS#8 body (DER prefix 302e020100300506032b657004220420), anywhere
     re.compile(rf"MC4CAQAwBQYDK2VwBCIEI[{_B64}=]*"),
     # a bare 32- or 64-byte key in base64 (Ed25519 / X25519 / NaCl seeds, WireGuard)
@@ -263,23 +261,55 @@ _KEY_PATTERNS = (
 def redact(text: str, secrets: Mapping[str, str] | None = None) -> str:
     """``text`` with key material and the given values replaced by a note.
 
+    Linear in the length of ``text`` (it runs on whole command outputs).
+
     Args:
         text: Output or a message about to leave the worker.
         secrets: Variable name to value (:func:`scrubbed_values`); each value is
             replaced by ``[redacted $NAME]``.
 
     Returns:
-        The text with private key blocks, Ed25519 PKCS#8 bodies, bare base64 keys
-        and the secret values replaced. Key material that was transformed
-        (reversed, hex, split) is not recognised: redaction is a second line, the
-        first is that checks cannot read the keys (docs/sealed-verify.md).
+        The text with private key blocks (also when the output cut them: a
+        block's start, or its end), Ed25519 PKCS#8 bodies, bare base64 keys and
+        the secret values replaced. Key material that was transformed (reversed,
+        hex, split) is not recognised: redaction is a second line, the first is
+        that checks cannot read the keys (docs/sealed-verify.md).
     """
-    for pattern in _KEY_PATTERNS:
+    if "PRIVATE KEY-----" in text:
+        text = _redact_blocks(text)
+    for pattern in _INLINE_KEYS:
         text = pattern.sub(_KEY_NOTE, text)
-    if secrets:
-        by_value = {value: name for name, value in secrets.items() if value}
-        ordered = sorted(by_value, key=len, reverse=True)
-        if ordered:
-            alternation = re.compile("|".join(re.escape(v) for v in ordered))
-            text = alternation.sub(lambda m: f"[redacted ${by_value[m.group(0)]}]", text)
+    for name, value in sorted((secrets or {}).items(), key=lambda item: -len(item[1])):
+        if value:
+            text = text.replace(value, f"[redacted ${name}]")
     return text
+
+
+def _redact_blocks(text: str) -> str:
+    """Replace PEM/OpenSSH private key blocks, line by line: from ``BEGIN`` to ``END``
+    or to the first line that is not key body, and the body lines before an ``END``
+    whose ``BEGIN`` is missing."""
+    out: list[str] = []
+    inside = False
+    for line in text.split("\n"):
+        begin = _BEGIN.search(line)
+        if not inside and begin is not None:
+            out.append(line[: begin.start()] + _KEY_NOTE)
+            line, inside = line[begin.end() :], True
+        if inside:
+            end = _END.search(line)
+            if end is not None:
+                out[-1] += line[end.end() :]
+                inside = False
+            elif _BODY.fullmatch(line.strip()) is None:
+                out.append(line)  # the block was cut; this line is ordinary output
+                inside = False
+            continue
+        end = _END.search(line)
+        if end is not None:  # the start was cut: drop the body lines before it
+            while out and out[-1].strip() and _BODY.fullmatch(out[-1].strip()) is not None:
+                out.pop()
+            out.append(line[: end.start()] + _KEY_NOTE + line[end.end() :])
+            continue
+        out.append(line)
+    return "\n".join(out)

@@ -24,6 +24,7 @@ from phasegate.domain.verify import VerifyRequest, parse_checks
 from phasegate.domain.verify_contain import redact
 
 PY = sys.executable
+KEY_NOTE = "[redacted: looks like private key material]"
 PYTEST = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 FAILING = "def test_total():\n    assert 1 + 1 == 3, 'total is off by one'\n"
 PASSING = "def test_ok(tmp_path):\n    assert tmp_path.exists()\n"
@@ -348,7 +349,15 @@ def test_redact_finds_keys_in_every_shape() -> None:
     ):
         out = redact(text)
         assert body not in out and raw_key not in out and "[redacted" in out, text
+    cut = (
+        "head\n-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\nMIIEow\n… [9 omitted] …\n"
+    )
+    out = redact(cut + "QUJD\n-----END RSA PRIVATE KEY-----\ntail")
+    assert out.splitlines() == ["head", KEY_NOTE, "… [9 omitted] …", KEY_NOTE, "tail"]
     assert redact("before\nafter 1 passed in 0.1s") == "before\nafter 1 passed in 0.1s"
+    dump = "\n".join(["QUJD" * 19] * 200_000) + "\n-----END PRIVATE KEY-----\n"  # 15 MB
+    start = time.monotonic()
+    assert redact(dump).strip() == KEY_NOTE and time.monotonic() - start < 5  # linear
     assert (
         redact("token=abcdefgh1234", {"MY_TOKEN": "abcdefgh1234"}) == "token=[redacted $MY_TOKEN]"
     )
