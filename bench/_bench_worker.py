@@ -4,12 +4,17 @@ Runs apart from the measuring client, as in production (client and worker are
 separate processes), so the two do not share one interpreter lock.
 
     python bench/_bench_worker.py ADDRESS TASK_QUEUE LIBRARY HOME
+    python bench/_bench_worker.py --raw-only ADDRESS TASK_QUEUE   # the baseline alone
+
+With ``--raw-only`` it serves only ``RawUpdateWorkflow`` on ``TASK_QUEUE-raw``, for
+benches that run phasegate's own ``python -m phasegate.worker`` processes beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import signal
 import sys
 
@@ -22,19 +27,25 @@ from phasegate.temporal import connect
 from phasegate.worker import build_worker
 
 
-async def main(address: str, task_queue: str, library: str, home: str) -> None:
-    settings = Settings(
-        temporal_address=address, task_queue=task_queue, home=home, library_paths=[library]
-    )
+async def main(address: str, task_queue: str, library: str | None, home: str | None) -> None:
+    settings = Settings(temporal_address=address, task_queue=task_queue)
+    if library is not None and home is not None:
+        settings = settings.model_copy(update={"home": home, "library_paths": [library]})
     client = await connect(settings)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         raw = Worker(client, task_queue=f"{task_queue}-raw", workflows=[RawUpdateWorkflow])
-        async with build_worker(client, settings, executor=pool), raw:
+        async with contextlib.AsyncExitStack() as stack:
+            if library is not None:
+                await stack.enter_async_context(build_worker(client, settings, executor=pool))
+            await stack.enter_async_context(raw)
             print("ready", flush=True)
             await stop.wait()
 
 
 if __name__ == "__main__":
-    _common.run(main(*sys.argv[1:5]))
+    if sys.argv[1] == "--raw-only":
+        _common.run(main(sys.argv[2], sys.argv[3], None, None))
+    else:
+        _common.run(main(*sys.argv[1:5]))
