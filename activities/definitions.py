@@ -225,18 +225,19 @@ class DefinitionActivities:
             spec_source=spec_source,
             base_commit=_git_head(req.target),
         )
+        bound = [*self.deployment_keys, *_approver_keys(meta, wf)]
         return SessionPlan(
             name=meta.name or meta.workflow_type,
             description=meta.description,
             ref=ref,
             first_phase=self.build_phase(wf, ref, 0),
             approver_keys=session_keys(
-                [*self.deployment_keys, *_approver_keys(meta, wf)],
-                req.options.approver_keys,
-                unsigned_allowed=self.allow_unsigned_approvals,
+                bound, req.options.approver_keys, unsigned_allowed=self.allow_unsigned_approvals
             ),
             unsigned_approvals=self.allow_unsigned_approvals,
-            operator_keys=self.operator_keys,
+            # Controls: the operators and the approvers the deployment or the definition
+            # trusts, never keys the starter named.
+            operator_keys=list(dict.fromkeys([*self.operator_keys, *bound])),
             unsigned_controls=self.allow_unsigned_controls,
         )
 

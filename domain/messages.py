@@ -7,11 +7,23 @@ send and read these as JSON. See ARCHITECTURE.md, "Temporal contract".
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from phasegate.domain.gates import GateDefinition, Problem
+from phasegate.domain.limits import (
+    DEFAULT_MAX_EVIDENCE_BYTES,
+    MAX_EVIDENCE_BYTES_LIMIT,
+    MAX_ID_CHARS,
+    MAX_LIST_ITEMS,
+    MAX_NAME_CHARS,
+    MAX_OPTIONS_BYTES,
+    MAX_PATH_CHARS,
+    MAX_PHASE,
+    MAX_TEXT_CHARS,
+    Name,
+)
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.verify import VerifyResult
 
@@ -58,20 +70,6 @@ SessionStatus = Literal[
     "completed",
     "abandoned",
 ]
-DEFAULT_MAX_EVIDENCE_BYTES = 256 * 1024  # Temporal warns on payloads above 256 KB
-
-# Bounds of every input a client can send. A message that breaks one is refused by the
-# SDK before any handler runs (an update is rejected and nothing reaches history).
-MAX_NAME_CHARS = 128  # approver, actor and key names (as ApproverKey.name)
-MAX_TEXT_CHARS = 2000  # comments, reasons
-MAX_ID_CHARS = 128  # submission ids, task ids, workflow types
-MAX_PATH_CHARS = 4096
-MAX_PHASE = 10_000
-MAX_EVIDENCE_BYTES_LIMIT = 512 * 1024  # highest max_evidence_bytes (carry must fit)
-MAX_OPTIONS_BYTES = 64 * 1024  # a session's options as JSON, extra keys included
-MAX_LIST_ITEMS = 64  # approvers, approver keys
-
-Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]
 
 
 class SessionOptions(BaseModel):
@@ -205,7 +203,9 @@ class SessionPlan(BaseModel):
         True, description="Whether this deployment accepts unsigned (name-only) approvals."
     )
     operator_keys: list[ApproverKey] = Field(
-        default_factory=list, description="Signed operators named by the deployment (controls)."
+        default_factory=list,
+        description="Keys that may sign controls: the deployment's operators and the approvers "
+        "the deployment or the definition names.",
     )
     unsigned_controls: bool = Field(
         True, description="Whether this deployment accepts unsigned (name-only) controls."
@@ -331,7 +331,7 @@ class ControlResult(BaseModel):
 
 class PhaseQuery(BaseModel):
     phase: int = Field(le=MAX_PHASE)
-    tasks_offset: int = Field(0, ge=0, description="First task of the page of tasks shown.")
+    tasks_offset: int = Field(0, ge=0, description="First task of the page shown.")
 
 
 class TaskQuery(BaseModel):
@@ -395,13 +395,9 @@ class PhaseArtifact(BaseModel):
     )
     evidence_bytes: int | None = None
     evidence_elided: bool = Field(
-        False,
-        description="The evidence is left out here to keep this answer small; query "
-        "`artifact` for one phase's (or `phasegate evidence SESSION PHASE`).",
+        False, description="Evidence left out to keep this answer small (query `artifact`)."
     )
-    recorded_in_run: str | None = Field(
-        None, description="Run id whose history holds the submission (the evidence's record)."
-    )
+    recorded_in_run: str | None = Field(None, description="Run whose history holds the submission.")
 
 
 class Attempt(BaseModel):
@@ -478,9 +474,7 @@ class SessionView(BaseModel):
         description="Run ids of this session, first to current (continue-as-new links them). "
         "A run of the same session id that is not in this chain is another session.",
     )
-    audit_total: int | None = Field(
-        None, description="Audit entries recorded, when ``audit`` shows only the latest."
-    )
+    audit_total: int | None = Field(None, description="Entries, when ``audit`` shows the latest.")
 
 
 class PhaseView(BaseModel):
@@ -493,11 +487,7 @@ class PhaseView(BaseModel):
     state: Literal["current", "completed"] = "current"
     content: str
     tasks: list[TaskSummary] = Field(default_factory=list)
-    tasks_total: int | None = Field(
-        None,
-        description="Tasks in the phase when ``tasks`` is one page of them (query `phase` "
-        "with ``tasks_offset`` for the next page; `task` for one task's content).",
-    )
+    tasks_total: int | None = Field(None, description="Tasks, when ``tasks`` is one page.")
     gate: GateView = Field(default_factory=GateView)
     artifacts: dict[str, PhaseArtifact] = Field(default_factory=dict)
     context: list[dict[str, Any]] = Field(default_factory=list)

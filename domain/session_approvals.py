@@ -70,6 +70,12 @@ def check_decision(
         )
     if not decision.approver.strip():
         return ApprovalRefused("an approval must name its approver", where="approver")
+    if decision.approver.startswith("phasegate:"):
+        return ApprovalRefused(
+            f"{decision.approver!r} is reserved for phasegate's own decisions",
+            where="approver",
+            hint="approve under your own name: phasegate approve SESSION --as NAME",
+        )
     if allowed and decision.approver not in allowed:
         return ApprovalRefused(
             f"{decision.approver!r} may not approve phase {state.current.index}",

@@ -3,9 +3,10 @@ retry_phase, rollback (only backwards) and abandon, each authorised, checked and
 audited.
 
 Who may control a session is decided like who may approve it. The keys that may
-sign its controls are its approvers' (``state.approver_keys``, the people
-entrusted with it) and the deployment's operators' (``state.operator_keys``,
-``PHASEGATE_OPERATOR_KEYS`` on the worker). Where there are any, every control
+sign its controls are ``state.operator_keys``: the deployment's operators
+(``PHASEGATE_OPERATOR_KEYS`` on the worker) plus the approver keys the
+deployment or the definition names (never keys the starter named: whoever
+started a session may be the agent it gates). Where there are any, every control
 must be signed by one of them (``domain.signing.check_signed_control``): the
 actor the audit records is the signing key's name, and each nonce is accepted
 once (shared with approvals). Where there are none, a control that only names
@@ -36,8 +37,8 @@ RESERVED_ACTOR_PREFIX = "phasegate:"
 
 
 def control_keys(state: SessionState) -> list[ApproverKey]:
-    """The keys that may sign controls of the session: its approvers' and the operators'."""
-    return list(dict.fromkeys([*state.approver_keys, *state.operator_keys]))
+    """The keys that may sign controls of the session (operators and trusted approvers)."""
+    return list(dict.fromkeys(state.operator_keys))
 
 
 def check_control(

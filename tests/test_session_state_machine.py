@@ -47,7 +47,7 @@ PROBE_SUBMISSIONS = [
     CheckpointSubmission(phase=p, evidence=e) for p in range(-1, N + 1) for e in (GOOD[0], OVERSIZE)
 ]
 PROBE_CONTROLS = [
-    ControlRequest(action=a, to_phase=t, reason=r)  # type: ignore[arg-type]
+    ControlRequest(action=a, to_phase=t, reason=r, actor="ops")  # type: ignore[arg-type]
     for a in ("pause", "resume", "retry_phase", "abandon", "rollback")
     for t in (None, 0, 1, 3)
     for r in ("", "why")

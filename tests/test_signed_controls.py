@@ -94,10 +94,14 @@ async def _accepted_controls(handle: WorkflowHandle[Any, Any]) -> int:
 async def test_signed_session_refuses_every_forged_control(
     env, settings_for, run_worker, tmp_path, people, agent_keys
 ):
-    """Operator lead (deployment) and approver alice (session) may control; nobody else,
-    however the request is dressed up."""
-    settings = settings_for(FIXTURES, operator_keys_file=_operators_file(tmp_path, people))
+    """Operator lead and approver alice (both named by the deployment) may control; nobody
+    else, however the request is dressed up."""
     alice = keys.public_key("alice", directory=people)
+    settings = settings_for(
+        FIXTURES,
+        operator_keys_file=_operators_file(tmp_path, people),
+        approver_keys_file=alice.model_dump_json(),
+    )
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
         options = SessionOptions(approver_keys=[alice])
@@ -178,13 +182,28 @@ async def test_signed_session_refuses_every_forged_control(
         assert await _accepted_controls(handle) == 6  # nothing refused reached history
 
 
-async def test_client_control_signs_only_as_its_key(session_env, tmp_path, people):
+async def test_client_control_signs_only_as_its_key(
+    env, settings_for, run_worker, tmp_path, people
+):
+    alice = keys.public_key("alice", directory=people)
+    settings = settings_for(FIXTURES, approver_keys_file=alice.model_dump_json())
+    async with run_worker(settings):
+        pg = PhasegateClient(env.client, settings.task_queue)
+        await _client_signs_only_as_its_key(pg, tmp_path, people)
+
+
+async def test_keys_the_starter_names_never_grant_controls(session_env, tmp_path, people):
+    # Unsigned controls allowed, no deployment keys: a starter-named key adds the signature
+    # requirement to approvals but is no control key, so it cannot lock others out either.
     pg, _ = session_env
-    sid = await pg.start(
-        "mini_v1",
-        str(tmp_path),
-        options=SessionOptions(approver_keys=[keys.public_key("alice", directory=people)]),
-    )
+    mine = keys.public_key("alice", directory=people)
+    sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[mine]))
+    await pg.control(sid, ControlRequest(action="pause", actor="ops"))
+    assert (await pg.status(sid)).audit[-1].actor == "ops"
+
+
+async def _client_signs_only_as_its_key(pg: PhasegateClient, tmp_path: Path, people: Path):
+    sid = await pg.start("mini_v1", str(tmp_path))
     with pytest.raises(SessionError, match="not signed"):
         await pg.control(sid, ControlRequest(action="pause", actor="alice"))
     with pytest.raises(PhasegateError, match="not the signing key"):

@@ -1,0 +1,37 @@
+"""Bounds of every input a client can send (re-exported by ``domain.messages``).
+
+A message that breaks one is refused by the SDK before any handler runs: an
+update is rejected and nothing reaches history. Pure values.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import StringConstraints
+
+__all__ = [
+    "DEFAULT_MAX_EVIDENCE_BYTES",
+    "MAX_EVIDENCE_BYTES_LIMIT",
+    "MAX_ID_CHARS",
+    "MAX_LIST_ITEMS",
+    "MAX_NAME_CHARS",
+    "MAX_OPTIONS_BYTES",
+    "MAX_PATH_CHARS",
+    "MAX_PHASE",
+    "MAX_TEXT_CHARS",
+    "Name",
+]
+
+DEFAULT_MAX_EVIDENCE_BYTES = 256 * 1024  # Temporal warns on payloads above 256 KB
+
+MAX_NAME_CHARS = 128  # approver, actor and key names (as ApproverKey.name)
+MAX_TEXT_CHARS = 2000  # comments, reasons
+MAX_ID_CHARS = 128  # submission ids, task ids, workflow types
+MAX_PATH_CHARS = 4096
+MAX_PHASE = 10_000
+MAX_EVIDENCE_BYTES_LIMIT = 512 * 1024  # highest max_evidence_bytes (carry must fit)
+MAX_OPTIONS_BYTES = 64 * 1024  # a session's options as JSON, extra keys included
+MAX_LIST_ITEMS = 64  # approvers, approver keys
+
+Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]
