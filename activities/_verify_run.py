@@ -104,9 +104,13 @@ def interpreter_argv(argv: list[str]) -> list[str]:
         ``argv`` itself unless ``argv[0]`` names a Python interpreter running a
         module or code string; then the same interpreter and options with the
         ``-m``/``-c`` replaced by a bootstrap that keeps the workspace from
-        shadowing installed modules. A script (``python tools/check.py``) is left
-        alone: a script in the workspace is the workspace's code anyway.
+        shadowing installed modules (also behind ``env``). A script (``python
+        tools/check.py``) is left alone: a script in the workspace is the
+        workspace's code anyway; so are launchers (``uv run``, ``tox``), which
+        start their interpreter themselves.
     """
+    if len(argv) > 1 and os.path.basename(argv[0]) == "env" and not argv[1].startswith("-"):
+        return [argv[0], *interpreter_argv(argv[1:])]  # /usr/bin/env python3 -m ...
     if not argv or _PYTHON.fullmatch(os.path.basename(argv[0])) is None:
         return argv
     i = 1

@@ -108,7 +108,9 @@ class CommandCheck(_Check):
     stdout_pattern: Regex | None = Field(
         None, description="Regex that stdout+stderr must contain (re.search); templated."
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Added to the worker's env.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Fixed values added to the check's allowlisted env."
+    )
 
     @field_validator("argv")
     @classmethod

@@ -220,6 +220,8 @@ def test_workspace_modules_still_import_but_cannot_stand_in(ws: Path) -> None:
     assert not r.passed and r.exit_code == 1 and "No module named fakecheck" in r.excerpt
     assert interpreter_argv(["python3", "tools/check.py"]) == ["python3", "tools/check.py"]
     assert interpreter_argv(["pytest", "-q"]) == ["pytest", "-q"]
+    r = run(ws, {"kind": "command", "argv": ["/usr/bin/env", PY, "-m", "fakecheck"]})
+    assert not r.passed and "No module named fakecheck" in r.excerpt
 
 
 # --------------------------------------------------------------------------- 3. environment
