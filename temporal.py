@@ -13,7 +13,12 @@ replayer is defined here once:
   :class:`~phasegate.domain.errors.TemporalUnreachable` with what to do;
 - :func:`application_error` (phasegate error → ``ApplicationError``, inside
   workflows and activities) and :func:`phasegate_error` (any Temporal failure →
-  the phasegate error it carries, in clients).
+  the phasegate error it carries, in clients);
+- telemetry: :func:`metrics_runtime` (Prometheus metrics of the Temporal runtime,
+  phasegate's own :data:`METRIC_ADVANCES`, :data:`METRIC_REFUSALS`,
+  :data:`METRIC_VERIFY_SECONDS` on the same endpoint) and OpenTelemetry tracing that
+  :func:`connect` adds when ``PHASEGATE_OTEL=1`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is
+  set (``pip install 'phasegate[otel]'``).
 
 Workflow code may import this module (it only defines values and pure
 functions; nothing here runs at import time).
@@ -43,6 +48,9 @@ from phasegate.domain.settings import SEARCH_ATTRIBUTES, Settings
 
 __all__ = [
     "DATA_CONVERTER",
+    "METRIC_ADVANCES",
+    "METRIC_REFUSALS",
+    "METRIC_VERIFY_SECONDS",
     "SA_PHASE",
     "SA_STATUS",
     "SA_WORKFLOW",
@@ -50,7 +58,10 @@ __all__ = [
     "application_error",
     "connect",
     "load_settings",
+    "metrics_runtime",
     "phasegate_error",
+    "shutdown_tracing",
+    "tracing_interceptors",
     "unreachable",
 ]
 
@@ -64,6 +75,16 @@ SEARCH_ATTRIBUTE_KEYS: tuple[SearchAttributeKey[Any], ...] = (SA_WORKFLOW, SA_PH
 assert {k.name: k.indexed_value_type.name.title() for k in SEARCH_ATTRIBUTE_KEYS} == {
     name: kind.title() for name, kind in SEARCH_ATTRIBUTES.items()
 }, "search attribute keys and domain.settings.SEARCH_ATTRIBUTES disagree"
+
+METRIC_ADVANCES = "phasegate_advances"
+"""Counter (``_total`` in Prometheus): phases completed, label ``via`` (checkpoint or
+approval). Counted in the workflow, never again on replay."""
+METRIC_REFUSALS = "phasegate_refusals"
+"""Counter: messages a session refused before they touched history, label ``code``
+(the phasegate error code, e.g. ``payload_too_large``, ``approval_refused``)."""
+METRIC_VERIFY_SECONDS = "phasegate_verify_seconds"
+"""Histogram: run time of one verify activity, label ``outcome`` (passed, failed, error)."""
+VERIFY_SECONDS_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 
 _UNREACHABLE_MARKS = (
     "connecterror",
@@ -97,7 +118,9 @@ def unreachable(settings: Settings, detail: str = "") -> TemporalUnreachable:
 
 async def connect(settings: Settings | None = None, **client_options: Any) -> Client:
     """A Temporal client for phasegate: envconfig, the pydantic converter, the settings'
-    address and namespace (flags and ``TEMPORAL_ADDRESS`` win over a profile).
+    address and namespace (flags and ``TEMPORAL_ADDRESS`` win over a profile), and
+    :func:`tracing_interceptors`. ``runtime=metrics_runtime(port)`` serves metrics;
+    workers built on the client share its runtime and interceptors.
 
     Raises:
         TemporalUnreachable: nothing answers at the address.
@@ -116,6 +139,10 @@ async def connect(settings: Settings | None = None, **client_options: Any) -> Cl
         ) from None
     config["target_host"] = settings.temporal_address
     config["namespace"] = settings.namespace
+    client_options["interceptors"] = [
+        *client_options.get("interceptors", ()),
+        *tracing_interceptors(),
+    ]
     try:
         return await Client.connect(**config, data_converter=DATA_CONVERTER, **client_options)
     except RuntimeError as exc:  # temporalio: "Failed client connect: ..."
@@ -159,3 +186,101 @@ def phasegate_error(exc: BaseException, settings: Settings | None = None) -> Pha
                 "try again in a moment",
             )
     return PhasegateError(str(exc) or type(exc).__name__)
+
+
+# ---------------------------------------------------------------- telemetry
+
+_RUNTIMES: dict[str, Any] = {}
+
+
+def metrics_runtime(port: int, *, host: str = "0.0.0.0") -> Any:
+    """A Temporal ``Runtime`` serving Prometheus metrics at ``http://host:port/metrics``:
+    the SDK's (``temporal_*``: task latencies, slots, polls, failures) and phasegate's
+    (:data:`METRIC_ADVANCES` …), counters with ``_total``, durations in seconds. One per
+    address per process; pass it to :func:`connect` as ``runtime=``.
+
+    Raises:
+        PhasegateError: the address is taken or malformed.
+    """
+    from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+    address = f"{host}:{port}"
+    if address not in _RUNTIMES:
+        config = PrometheusConfig(
+            bind_address=address,
+            counters_total_suffix=True,
+            durations_as_seconds=True,
+            histogram_bucket_overrides={METRIC_VERIFY_SECONDS: VERIFY_SECONDS_BUCKETS},
+        )
+        try:
+            _RUNTIMES[address] = Runtime(telemetry=TelemetryConfig(metrics=config))
+        except ValueError as exc:  # "Failed starting Prometheus exporter: Address in use"
+            raise PhasegateError(
+                f"cannot serve metrics on {address}: {exc}",
+                where="phasegate worker --metrics-port / PHASEGATE_METRICS_PORT",
+                hint="choose a free port (or leave it unset for no metrics)",
+            ) from None
+    return _RUNTIMES[address]
+
+
+_TRACER_PROVIDER: Any = None
+
+
+def tracing_interceptors(env: Mapping[str, str] | None = None) -> list[Any]:
+    """``[TracingInterceptor()]`` (temporalio.contrib.opentelemetry) when tracing is on,
+    else ``[]``. On: ``PHASEGATE_OTEL=1``, or ``OTEL_EXPORTER_OTLP_ENDPOINT`` set and
+    OpenTelemetry installed (``PHASEGATE_OTEL=0`` turns it off). Spans go to the global
+    tracer provider; when none is configured and the OTLP exporter is installed, one
+    exporting to ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set up (service ``phasegate``).
+
+    Raises:
+        PhasegateError: ``PHASEGATE_OTEL=1`` but OpenTelemetry is not installed.
+    """
+    env = os.environ if env is None else env
+    flag = env.get("PHASEGATE_OTEL", "").strip().lower()
+    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    if flag in ("0", "false", "no", "off") or not (flag or endpoint):
+        return []
+    try:
+        from opentelemetry import trace
+        from temporalio.contrib.opentelemetry import TracingInterceptor
+    except ImportError:
+        if not flag:
+            return []  # an endpoint meant for another program; phasegate stays quiet
+        raise PhasegateError(
+            "PHASEGATE_OTEL is set but OpenTelemetry is not installed",
+            where="PHASEGATE_OTEL",
+            hint="pip install 'phasegate[otel]', or unset PHASEGATE_OTEL",
+        ) from None
+    if endpoint:
+        _configure_otlp(trace)
+    return [TracingInterceptor()]
+
+
+def _configure_otlp(trace: Any) -> None:
+    """Install an OTLP-exporting tracer provider unless the program already has one."""
+    global _TRACER_PROVIDER
+    if _TRACER_PROVIDER is not None:
+        return
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        return  # no exporter: spans go to whatever provider the program set
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return  # configured by the program (or opentelemetry-instrument)
+    provider = TracerProvider(resource=Resource.create({"service.name": "phasegate"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    _TRACER_PROVIDER = provider
+
+
+def shutdown_tracing() -> None:
+    """Flush the spans of the provider :func:`tracing_interceptors` set up, if any
+    (before ``os._exit``, which skips the exporter's own exit hook)."""
+    global _TRACER_PROVIDER
+    provider, _TRACER_PROVIDER = _TRACER_PROVIDER, None
+    if provider is not None:
+        provider.shutdown()

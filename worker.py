@@ -1,14 +1,26 @@
-"""The one phasegate worker: registers every workflow and activity.
+"""The phasegate workers: every workflow and activity, on two task queues.
 
-Run it with ``phasegate worker`` (or ``python -m phasegate.worker``). It connects to
-``TEMPORAL_ADDRESS`` (default localhost:7233) with the standard Temporal
-client settings and stops cleanly on SIGINT/SIGTERM.
+- the **main** worker polls ``settings.task_queue``: the ``GatedSession`` workflow and
+  the definition, render, retrieval and webhook activities;
+- the **verify** worker polls ``<task_queue>-verify``
+  (:func:`~phasegate.domain.settings.verify_task_queue`): only ``run_verify_checks``,
+  at most ``settings.verify_concurrency`` at once, in its own threads. A backlog of
+  test runs waits on the server (where no heartbeat timeout runs) instead of inside a
+  worker, and never delays an advance, a render or a query.
+
+``phasegate worker`` (or ``python -m phasegate.worker``) runs both in one process;
+``--verify-only`` and ``--no-verify`` split them, e.g. to run the checks as another OS
+user or in another container. It connects to ``TEMPORAL_ADDRESS`` (default
+localhost:7233) with the standard Temporal client settings, serves Prometheus metrics
+with ``--metrics-port`` (see :mod:`phasegate.activities.metrics`), and stops cleanly on
+SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
@@ -16,22 +28,27 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from phasegate.activities.definitions import DefinitionActivities
+from phasegate.activities.metrics import MeteredVerify
 from phasegate.activities.notify import notify_webhook
 from phasegate.activities.rag import RagActivities
 from phasegate.activities.verify import VerifyActivities
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
-from phasegate.domain.settings import Settings
+from phasegate.domain.settings import Settings, verify_task_queue
 from phasegate.domain.signing import ApproverKey
-from phasegate.temporal import connect, load_settings
+from phasegate.temporal import connect, load_settings, metrics_runtime, shutdown_tracing
 from phasegate.workflows import GatedSession
 
-__all__ = ["WORKFLOWS", "build_worker", "main", "run_worker"]
+__all__ = ["WORKFLOWS", "PhasegateWorkers", "build_worker", "main", "run_worker"]
+
+MAIN_ACTIVITY_THREADS = 16
+"""Threads (and so concurrent activities) of ``phasegate worker``'s main worker."""
 
 WORKFLOWS: Sequence[type] = (GatedSession,)
 
@@ -83,13 +100,97 @@ def load_approver_keys(
         ) from None
 
 
+class PhasegateWorkers:
+    """The Temporal workers of one process, started and drained together.
+
+    ``async with build_worker(...) as workers:`` runs them until the block ends;
+    ``workers.task_queues`` names the queues they poll. Executors the object made
+    (the verify worker's threads) are shut down on exit.
+    """
+
+    def __init__(
+        self, workers: list[Worker], owned: list[concurrent.futures.Executor] | None = None
+    ) -> None:
+        if not workers:
+            raise PhasegateError(
+                "no worker to run",
+                where="phasegate worker --verify-only / --no-verify",
+                hint="pass at most one of --verify-only and --no-verify",
+            )
+        self.workers = workers
+        self._owned = list(owned or [])
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    @property
+    def task_queues(self) -> list[str]:
+        """The task queues polled, main first."""
+        return [w.task_queue for w in self.workers]
+
+    async def __aenter__(self) -> Self:
+        stack = contextlib.AsyncExitStack()
+        try:
+            for executor in self._owned:
+                stack.callback(executor.shutdown, wait=True, cancel_futures=True)
+            for worker in self.workers:
+                await stack.enter_async_context(worker)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+
 def build_worker(
     client: Client,
     settings: Settings,
     *,
     executor: concurrent.futures.Executor,
+    main: bool = True,
+    verify: bool = True,
+) -> PhasegateWorkers:
+    """phasegate's workers for ``settings``: the main one and the verify one (see the
+    module docstring); ``main=False`` or ``verify=False`` leaves one out.
+
+    Args:
+        client: Connected with :func:`phasegate.temporal.connect` (its runtime carries
+            the metrics, its interceptors the tracing).
+        settings: Task queue, library, keys, ``verify_concurrency``.
+        executor: Runs the main worker's activities. A ``ThreadPoolExecutor``'s size
+            also caps how many it accepts at once, so none waits inside the worker.
+        main: Run the workflows and the definition/render/retrieval/notify activities.
+        verify: Run the verify checks, on their own queue and threads.
+    """
+    workers: list[Worker] = []
+    owned: list[concurrent.futures.Executor] = []
+    if main:
+        workers.append(_main_worker(client, settings, executor))
+    if verify:
+        threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=settings.verify_concurrency, thread_name_prefix="phasegate-verify"
+        )
+        owned.append(threads)
+        workers.append(
+            Worker(
+                client,
+                task_queue=verify_task_queue(settings.task_queue),
+                activities=[MeteredVerify(VerifyActivities()).run_verify_checks],
+                activity_executor=threads,
+                # One slot per thread: a check the worker accepts starts (and heartbeats)
+                # at once; the rest wait on the server, where only schedule-to-start runs.
+                max_concurrent_activities=settings.verify_concurrency,
+            )
+        )
+    return PhasegateWorkers(workers, owned)
+
+
+def _main_worker(
+    client: Client, settings: Settings, executor: concurrent.futures.Executor
 ) -> Worker:
-    """A worker for ``settings.task_queue`` with every phasegate workflow and activity."""
     rag = RagActivities(settings.rag_db, settings.library_paths, settings.standards_dirs)
     definitions = DefinitionActivities(
         settings.library_paths,
@@ -102,7 +203,8 @@ def build_worker(
         operator_keys=load_approver_keys(settings.operator_keys_file, "PHASEGATE_OPERATOR_KEYS"),
         allow_unsigned_controls=settings.unsigned_controls,
     )
-    verify = VerifyActivities()
+    # Temporal's own consistency check reads the same attribute.
+    threads = getattr(executor, "_max_workers", None)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -110,38 +212,66 @@ def build_worker(
         activities=[
             definitions.load_session,
             definitions.render_phase,
-            verify.run_verify_checks,
             rag.retrieve_context,
             notify_webhook,
         ],
         activity_executor=executor,
+        max_concurrent_activities=threads if isinstance(threads, int) else None,
     )
 
 
-async def run_worker(settings: Settings | None = None) -> None:
-    """Connect, run until SIGINT/SIGTERM, then drain and shut down."""
+async def run_worker(
+    settings: Settings | None = None,
+    *,
+    main: bool = True,
+    verify: bool = True,
+    metrics_host: str = "0.0.0.0",
+) -> None:
+    """Connect, run until SIGINT/SIGTERM, then drain and shut down.
+
+    With ``settings.metrics_port``, Prometheus metrics of the Temporal runtime and
+    phasegate's counters are served on ``http://metrics_host:port/metrics``.
+    """
     settings = settings or load_settings()
-    client = await connect(settings)
+    runtime = None
+    if settings.metrics_port is not None:
+        runtime = metrics_runtime(settings.metrics_port, host=metrics_host)
+    client = await connect(settings, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as executor:
-        worker = build_worker(client, settings, executor=executor)
-        async with worker:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=MAIN_ACTIVITY_THREADS) as executor:
+        workers = build_worker(client, settings, executor=executor, main=main, verify=verify)
+        async with workers:
+            roles = []
+            if main:
+                roles.append(f"{settings.task_queue!r} (sessions)")
+            if verify:
+                roles.append(
+                    f"{verify_task_queue(settings.task_queue)!r} (verify checks, "
+                    f"{settings.verify_concurrency} at once)"
+                )
             logging.getLogger("phasegate").info(
-                "worker on %s, task queue %r, library %s",
+                "worker on %s, task queues %s, library %s",
                 settings.temporal_address,
-                settings.task_queue,
-                ", ".join(settings.library_paths),
+                ", ".join(workers.task_queues),
+                ", ".join(settings.library_paths) if main else "-",
             )
-            print(
-                f"phasegate worker: task queue {settings.task_queue!r} on "
+            if settings.metrics_port is not None:
+                print(
+                    f"phasegate worker: metrics on "
+                    f"http://{metrics_host}:{settings.metrics_port}/metrics",
+                    flush=True,
+                )
+            print(  # last: scripts wait for this line
+                f"phasegate worker: task queue {' and '.join(roles)} on "
                 f"{settings.temporal_address} (Ctrl-C to stop)",
                 flush=True,
             )
             await stop.wait()
         print("phasegate worker: stopped", flush=True)
+    shutdown_tracing()
 
 
 def main() -> None:

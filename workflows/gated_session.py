@@ -46,8 +46,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from phasegate.domain.session import DEADLINE_ACTOR, SessionState
     from phasegate.domain.session_views import details_markdown
+    from phasegate.domain.settings import verify_task_queue
     from phasegate.domain.verify import VerifyReport, VerifyResult
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
+    from phasegate.workflows._metrics import advanced, refused
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 
@@ -182,14 +184,16 @@ class GatedSession:
             raise _starting()
         problem = self._state.check_submission(sub)
         if problem is not None:
-            raise application_error(problem, non_retryable=False)
+            raise refused(problem)
         if self._verifying and sub.submission_id not in self._state.processed:
             # Refused, not queued: waiting submissions would hold Temporal's few in-flight
             # update slots for the length of a test run and lock out a person's controls.
-            raise ApplicationError(
-                "a checkpoint of this phase is being verified against the workspace; "
-                "wait for its result",
-                type="session_not_active",
+            raise refused(
+                ApplicationError(
+                    "a checkpoint of this phase is being verified against the workspace; "
+                    "wait for its result",
+                    type="session_not_active",
+                )
             )
 
     @workflow.signal
@@ -236,6 +240,7 @@ class GatedSession:
             next_phase = await self._next_phase() if advance else None
             result = state.finish_checkpoint(sub, result, next_phase, workflow.now())
             if advance:
+                advanced("checkpoint")
                 self._start_prefetch()
             self._arm_deadline()
             # After an advance the search attributes ride on the prefetch's workflow task,
@@ -252,6 +257,7 @@ class GatedSession:
             report: VerifyReport = await workflow.execute_activity_method(
                 VerifyActivities.run_verify_checks,
                 state.verify_request(sub, workflow.info().workflow_id),
+                task_queue=verify_task_queue(workflow.info().task_queue),
                 start_to_close_timeout=state.verify_timeout(),
                 heartbeat_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(
@@ -347,6 +353,7 @@ class GatedSession:
                 except PhasegateError as exc:
                     raise application_error(exc, non_retryable=False) from None
             if state.decide(decision, next_phase, workflow.now()):
+                advanced("approval")
                 self._start_prefetch()
             self._publish()
             return state.status_view()
@@ -357,7 +364,7 @@ class GatedSession:
             raise _starting()
         problem = self._state.check_decision(decision, workflow.info().workflow_id)
         if problem is not None:
-            raise application_error(problem, non_retryable=False)
+            raise refused(problem)
 
     # ---- controls ------------------------------------------------------
 
@@ -386,7 +393,7 @@ class GatedSession:
             raise _starting()
         problem = self._state.check_control(req, workflow.info().workflow_id)
         if problem is not None:
-            raise application_error(problem, non_retryable=False)
+            raise refused(problem)
 
     # ---- approval deadlines ----------------------------------------------
 
