@@ -44,6 +44,7 @@ __all__ = [
     "heartbeat",
     "interpreter_argv",
     "run_process",
+    "sweep_scratch",
 ]
 
 HEARTBEAT_SECONDS = 2.0
@@ -142,11 +143,22 @@ def interpreter_argv(argv: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- scratch
 
 
+_SCRATCH_PREFIX = "phasegate-check-"
+_swept = threading.Event()
+
+
 class Scratch:
-    """A per-check directory for ``HOME`` and ``TMPDIR``, removed on exit."""
+    """A per-check directory for ``HOME`` and ``TMPDIR``, removed on exit.
+
+    Named ``phasegate-check-<worker pid>-*``: the first scratch a process makes
+    first removes those a killed worker left behind (:func:`sweep_scratch`).
+    """
 
     def __enter__(self) -> Self:
-        self.root = Path(tempfile.mkdtemp(prefix="phasegate-check-"))
+        if not _swept.is_set():
+            _swept.set()
+            sweep_scratch()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-"))
         self.home = self.root / "home"
         self.tmp = self.root / "tmp"
         self.home.mkdir()
@@ -155,6 +167,40 @@ class Scratch:
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def sweep_scratch() -> list[Path]:
+    """Remove scratch directories of workers that are gone (SIGKILL skips ``__exit__``).
+
+    Only this user's directories whose worker pid is not running are removed.
+
+    Returns:
+        The directories removed.
+    """
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{_SCRATCH_PREFIX}*-*"):
+        pid = path.name.removeprefix(_SCRATCH_PREFIX).split("-", 1)[0]
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if not pid.isdigit() or info.st_uid != os.getuid() or not path.is_dir():
+            continue
+        if path.is_symlink() or int(pid) == os.getpid() or _running(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # --------------------------------------------------------------------------- processes

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from phasegate.activities._verify_run import interpreter_argv
+from phasegate.activities._verify_run import interpreter_argv, sweep_scratch
 from phasegate.activities.verify import VerifyActivities
 from phasegate.domain.errors import GateDefinitionError
 from phasegate.domain.verify import VerifyRequest, parse_checks
@@ -429,6 +430,9 @@ def test_a_killed_worker_takes_its_checks_processes_along(tmp_path: Path) -> Non
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not [p for p in pids if _alive(p)], "orphaned check processes"
+        left = set(Path(tempfile.gettempdir()).glob(f"phasegate-check-{worker.pid}-*"))
+        assert len(left) == 1  # its scratch HOME: SIGKILL skipped the clean-up
+        assert left <= set(sweep_scratch()) and not any(p.exists() for p in left)
     finally:
         worker.kill()
         worker.wait()
