@@ -237,41 +237,44 @@ async def run_worker(
     if settings.metrics_port is not None:
         runtime = metrics_runtime(settings.metrics_port, host=metrics_host)
     client = await connect(settings, runtime=runtime)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=MAIN_ACTIVITY_THREADS) as executor:
-        workers = build_worker(client, settings, executor=executor, main=main, verify=verify)
-        async with workers:
-            roles = []
-            if main:
-                roles.append(f"{settings.task_queue!r} (sessions)")
-            if verify:
-                roles.append(
-                    f"{verify_task_queue(settings.task_queue)!r} (verify checks, "
-                    f"{settings.verify_concurrency} at once)"
-                )
-            logging.getLogger("phasegate").info(
-                "worker on %s, task queues %s, library %s",
-                settings.temporal_address,
-                ", ".join(workers.task_queues),
-                ", ".join(settings.library_paths) if main else "-",
-            )
-            if settings.metrics_port is not None:
-                print(
-                    f"phasegate worker: metrics on "
-                    f"http://{metrics_host}:{settings.metrics_port}/metrics",
-                    flush=True,
-                )
-            print(  # last: scripts wait for this line
-                f"phasegate worker: task queue {' and '.join(roles)} on "
-                f"{settings.temporal_address} (Ctrl-C to stop)",
-                flush=True,
-            )
-            await stop.wait()
-        print("phasegate worker: stopped", flush=True)
-    shutdown_tracing()
+    try:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=MAIN_ACTIVITY_THREADS) as executor:
+            workers = build_worker(client, settings, executor=executor, main=main, verify=verify)
+            async with workers:
+                _announce(settings, workers, metrics_host)
+                await stop.wait()
+            print("phasegate worker: stopped", flush=True)
+    finally:
+        shutdown_tracing()  # flush spans: main() leaves with os._exit
+
+
+def _announce(settings: Settings, workers: PhasegateWorkers, metrics_host: str) -> None:
+    """Log and print what the process serves; the queue line last (scripts wait for it)."""
+    verify_queue = verify_task_queue(settings.task_queue)
+    roles = [
+        f"{q!r} (verify checks, {settings.verify_concurrency} at once)"
+        if q == verify_queue
+        else f"{q!r} (sessions)"
+        for q in workers.task_queues
+    ]
+    logging.getLogger("phasegate").info(
+        "worker on %s, task queues %s, library %s",
+        settings.temporal_address,
+        ", ".join(workers.task_queues),
+        ", ".join(settings.library_paths),
+    )
+    if settings.metrics_port is not None:
+        url = f"http://{metrics_host}:{settings.metrics_port}/metrics"
+        print(f"phasegate worker: metrics on {url}", flush=True)
+    print(
+        f"phasegate worker: task queue {' and '.join(roles)} on "
+        f"{settings.temporal_address} (Ctrl-C to stop)",
+        flush=True,
+    )
 
 
 def main() -> None:
