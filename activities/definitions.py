@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import threading
+import time
 from typing import Any
 
 from temporalio import activity
@@ -54,6 +55,9 @@ from phasegate.domain.signing import ApproverKey
 from phasegate.domain.spec import ParsedSpec
 from phasegate.domain.trust import session_keys
 from phasegate.temporal import application_error
+
+_WARM_DELAY_SECONDS = 0.05
+_TASKS_WITH_CONTEXT = 50  # larger phases get context for the phase, not for each task
 
 __all__ = ["DefinitionActivities", "example_evidence", "render_static_phase"]
 
@@ -100,6 +104,8 @@ class DefinitionActivities:
         self.library_paths = list(library_paths)
         self._rendered: dict[tuple[str, int], tuple[tuple[int, int], PhaseDefinition]] = {}
         self._cache_lock = threading.Lock()
+        # Rendered phase (by identity: build_phase serves cached objects) -> with context.
+        self._with_context: dict[tuple[str, int], tuple[PhaseDefinition, PhaseDefinition]] = {}
         self.snapshots = SnapshotStore(home, max_spec_bytes=max_spec_bytes)
         self.renderer = Renderer()
         # Warms this process's caches (compiled templates, gates) for the phase after
@@ -137,6 +143,18 @@ class DefinitionActivities:
         content) are left out. Retrieval trouble leaves the context empty, never fails."""
         if self.retriever is None or self.context_k == 0:
             return phase
+        with self._cache_lock:
+            hit = self._with_context.get((ref.workflow_type, id(phase)))
+        if hit is not None and hit[0] is phase:  # the same rendered (cached) phase object
+            return hit[1]
+        done = self._attach_context(ref, phase)
+        with self._cache_lock:
+            self._with_context[(ref.workflow_type, id(phase))] = (phase, done)
+            while len(self._with_context) > 64:
+                del self._with_context[next(iter(self._with_context))]
+        return done
+
+    def _attach_context(self, ref: DefinitionRef, phase: PhaseDefinition) -> PhaseDefinition:
         own = _phase_number(phase, ref)
         try:
             context = self._search(
@@ -158,14 +176,23 @@ class DefinitionActivities:
                         )
                     }
                 )
-                for t in phase.tasks
+                for t in (phase.tasks if len(phase.tasks) <= _TASKS_WITH_CONTEXT else [])
             ]
         except Exception as exc:  # noqa: BLE001 - context is an aid, not a gate
             activity.logger.warning(
                 "context retrieval failed: %s", exc
             ) if activity.in_activity() else None
             return phase
-        return phase.model_copy(update={"context": context, "tasks": tasks})
+        # Context is an aid: it never makes a phase too large to serve (the phase itself
+        # was checked against max_phase_bytes when it was rendered).
+        for update in (
+            {"context": context, "tasks": tasks or phase.tasks},
+            {"context": context},
+        ):
+            done = phase.model_copy(update=update)
+            if len(done.model_dump_json()) <= self.max_phase_bytes:
+                return done
+        return phase
 
     def _search(
         self, workflow_type: str, own: int, text: str, k: int, budget: int
@@ -186,8 +213,12 @@ class DefinitionActivities:
             self._warmer.submit(self._warm_now, ref, index)
 
     def _warm_now(self, ref: DefinitionRef, index: int) -> None:
+        # Yield to the answer in flight first: a render holds the GIL for milliseconds, and
+        # the advance that asked for this phase is still being completed by the workflow.
+        time.sleep(_WARM_DELAY_SECONDS)
         try:
-            self.build_phase(find_workflow(ref.workflow_type, self.library_paths), ref, index)
+            wf = find_workflow(ref.workflow_type, self.library_paths)
+            self.with_context(ref, self.build_phase(wf, ref, index))
         except Exception as exc:  # noqa: BLE001 - best effort; the real render reports errors
             logging.getLogger(__name__).debug("warm-up of phase %s failed: %s", index, exc)
 
