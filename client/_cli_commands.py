@@ -155,7 +155,11 @@ async def start(ctx: _Ctx) -> int:
 async def status(ctx: _Ctx) -> int:
     pg = await ctx.client()
     view = await pg.status(ctx.args.session_id)
-    ctx.emit(view, render.render_status(ctx.args.session_id, view))
+    others = await pg.other_runs(ctx.args.session_id, view.run_chain) if view.run_chain else []
+    text = "\n".join(
+        [render.render_status(ctx.args.session_id, view), *render.render_other_runs(others)]
+    )
+    ctx.emit(view, text)
     return EXIT_OK
 
 

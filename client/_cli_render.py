@@ -126,7 +126,24 @@ def render_status(session_id: str, view: SessionView) -> str:
         lines.append(f"{verb} phase {a.phase} by {a.approver}{note}")
     if view.last_signal_error:
         lines.append(f"last signalled checkpoint failed: {view.last_signal_error}")
+    if len(view.run_chain) > 1:
+        lines.append(f"runs (continue-as-new): {len(view.run_chain)}, first {view.run_chain[0]}")
     return "\n".join(lines)
+
+
+def render_other_runs(others: Sequence[SessionListing]) -> list[str]:
+    """Executions under the same session id that are not this session's own runs."""
+    if not others:
+        return []
+    warning = (
+        "WARNING: this session id was used before by another session (terminated and "
+        "started again); its runs are not part of this session:"
+    )
+    lines = [warning]
+    for o in others:
+        when = o.started_at.strftime("%Y-%m-%d %H:%M:%S") if o.started_at else "?"
+        lines.append(f"  run {o.run_id} started {when}: {o.execution_status}")
+    return lines
 
 
 def _tasks(tasks: Sequence[TaskSummary]) -> list[str]:

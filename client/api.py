@@ -8,6 +8,7 @@ caller can branch on ``err.code`` (``phase_sequence_violation``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
@@ -57,6 +59,21 @@ class SessionListing(BaseModel):
     phase: int | None
     execution_status: str
     started_at: datetime | None
+    run_id: str | None = None
+
+
+def _listing(wf: Any) -> SessionListing:
+    """A visibility entry (``WorkflowExecution``) as a session listing."""
+    sa = wf.typed_search_attributes
+    return SessionListing(
+        session_id=wf.id,
+        workflow_type=sa.get(SA_WORKFLOW) or "",
+        status=sa.get(SA_STATUS) or "",
+        phase=sa.get(SA_PHASE),
+        execution_status=wf.status.name.lower() if wf.status else "unknown",
+        started_at=wf.start_time,
+        run_id=wf.run_id,
+    )
 
 
 class PhasegateClient:
@@ -170,19 +187,37 @@ class PhasegateClient:
         sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
         return await self._update(session_id, GatedSession.submit_checkpoint, sub, submission_id)
 
-    async def signal_checkpoint(
+    async def submit_nowait(
         self,
         session_id: str,
         phase: int,
         evidence: dict[str, Any],
         *,
         submission_id: str | None = None,
-    ) -> None:
+    ) -> str:
+        """Fire-and-forget submission: returns once the session has *accepted* it (its
+        validator ran, so a refusal still raises here); the outcome shows in ``status``
+        and a repeat of ``submission_id`` returns it. Returns the submission id.
+
+        This replaces the retired ``checkpoint`` signal, whose payload reached history
+        before anything could refuse it.
+        """
+        submission_id = submission_id or uuid.uuid4().hex
         sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
         try:
-            await self.handle(session_id).signal(GatedSession.checkpoint, sub)
-        except RPCError as exc:
+            update = await self.handle(session_id).start_update(
+                GatedSession.submit_checkpoint,
+                sub,
+                id=submission_id,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            )
+            # A refusal comes back as the update's known outcome: raise it. An accepted
+            # update is still running; its polling is cut short, not the update.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(update.result(), timeout=0.05)
+        except (RPCError, WorkflowUpdateFailedError) as exc:
             raise phasegate_error(exc) from None
+        return submission_id
 
     async def decide(
         self,
@@ -292,6 +327,16 @@ class PhasegateClient:
         except (WorkflowFailureError, RPCError) as exc:
             raise phasegate_error(exc) from None
 
+    async def other_runs(self, session_id: str, chain: list[str]) -> list[SessionListing]:
+        """Executions under ``session_id`` that are not in its run ``chain``: an id that was
+        terminated and started again (another session under the same name)."""
+        out: list[SessionListing] = []
+        query = f"WorkflowId = '{_quote(session_id)}'"
+        async for wf in self.temporal.list_workflows(query, limit=20):
+            if wf.run_id not in chain:
+                out.append(_listing(wf))
+        return out
+
     async def list(
         self,
         *,
@@ -307,17 +352,7 @@ class PhasegateClient:
             clauses.append(f"PhasegateWorkflow = '{_quote(workflow_type)}'")
         out: list[SessionListing] = []
         async for wf in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
-            sa = wf.typed_search_attributes
-            out.append(
-                SessionListing(
-                    session_id=wf.id,
-                    workflow_type=sa.get(SA_WORKFLOW) or "",
-                    status=sa.get(SA_STATUS) or "",
-                    phase=sa.get(SA_PHASE),
-                    execution_status=wf.status.name.lower() if wf.status else "unknown",
-                    started_at=wf.start_time,
-                )
-            )
+            out.append(_listing(wf))
         return out
 
     async def _query(self, session_id: str, query: Any, *args: Any) -> Any:

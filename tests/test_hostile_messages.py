@@ -20,6 +20,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from phasegate.client._cli_render import render_other_runs
 from phasegate.domain.messages import ControlRequest, SessionOptions, StartSession
 from phasegate.workflows.gated_session import GatedSession
 
@@ -105,6 +106,14 @@ async def test_status_shows_the_run_chain_so_a_restarted_id_is_visible(session_e
     await pg.start("mini_v1", str(tmp_path), session_id=sid)
     restarted = await pg.status(sid)
     assert first not in restarted.run_chain and len(restarted.run_chain) == 1
+    # `phasegate status` warns about the earlier session under this id (visibility lags).
+    for _ in range(60):
+        others = await pg.other_runs(sid, restarted.run_chain)
+        if {first, current} <= {o.run_id for o in others}:
+            break
+        await asyncio.sleep(0.1)
+    assert {first, current} <= {o.run_id for o in others}
+    assert "used before by another session" in "\n".join(render_other_runs(others))
 
 
 async def test_forged_start_carrying_state_cannot_fake_a_chain(session_env, tmp_path):

@@ -216,25 +216,21 @@ async def test_concurrent_submissions_advance_once(session_env, tmp_path):
     assert status.current_phase == 1 and [c.phase for c in status.completed_phases] == [0]
 
 
-async def test_signal_checkpoint(session_env, tmp_path):
+async def test_fire_and_forget_submission(session_env, tmp_path):
+    # The retired checkpoint signal's replacement: an update waited on only until accepted.
     pg, _ = session_env
     sid = await pg.start("mini_v1", str(tmp_path))
-    await pg.signal_checkpoint(sid, 2, {"tests_run": 1})
-    await pg.signal_checkpoint(sid, 0, GOOD_0)
+    with pytest.raises(PhaseSequenceViolation):  # refused by the validator, still reported
+        await pg.submit_nowait(sid, 2, {"tests_run": 1})
+    sub_id = await pg.submit_nowait(sid, 0, GOOD_0)
     for _ in range(100):
         status = await pg.status(sid)
         if status.current_phase == 1:
             break
         await asyncio.sleep(0.05)
     assert status.current_phase == 1
-    assert status.last_signal_error is None  # cleared by the later good signal
-    await pg.signal_checkpoint(sid, 0, GOOD_0)  # phase 0 is done now
-    for _ in range(100):
-        status = await pg.status(sid)
-        if status.last_signal_error:
-            break
-        await asyncio.sleep(0.05)
-    assert "already completed" in (status.last_signal_error or "")
+    again = await pg.submit(sid, 0, GOOD_0, submission_id=sub_id)  # the outcome, by its id
+    assert again.passed and again.current_phase == 1
 
 
 async def test_unknown_workflow_and_bad_spec(session_env, tmp_path):

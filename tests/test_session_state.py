@@ -33,12 +33,12 @@ from phasegate.domain.errors import (
     SessionNotActive,
 )
 from phasegate.domain.messages import CheckpointSubmission, SessionOptions
-from phasegate.domain.session_bounds import CARRY_LIMIT_BYTES
 from phasegate.domain.session import (
     DEADLINE_ACTOR,
     VERIFY_SLACK_SECONDS,
     SessionState,
 )
+from phasegate.domain.session_bounds import CARRY_LIMIT_BYTES
 from phasegate.domain.signing import UNSIGNED_REASON
 from phasegate.domain.verify import CommandCheck, FileExistsCheck
 
