@@ -114,13 +114,15 @@ async def start(ctx: _Ctx) -> int:
         opts["approvers"] = a.approver
     if a.approver_key:
         opts["approver_keys"] = [_approver_key(item) for item in a.approver_key]
+    if a.no_prefetch:
+        opts["prefetch"] = False
     try:
         options = SessionOptions.model_validate(opts)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
         raise PhasegateError(first["msg"], where=f"--option {loc}") from None
-    target = _abspath(a.target) if a.target else ""
+    target = _abspath(a.target or ".")
     pg = await ctx.client()
     sid = await pg.start(
         a.workflow_type, target, options=options, session_id=a.id, wait=not a.no_wait

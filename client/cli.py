@@ -117,7 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("start", parents=[js], help="start a session")
     s.add_argument("workflow_type", metavar="WORKFLOW_TYPE")
-    s.add_argument("target", metavar="TARGET", nargs="?", help="project directory")
+    s.add_argument(
+        "target",
+        metavar="TARGET",
+        nargs="?",
+        help="project directory (default: the current directory)",
+    )
     s.add_argument("--spec", help="dynamic workflows: tasks.md or its directory")
     s.add_argument("--id", help="session id (default <workflow_type>-<random>)")
     s.add_argument(
@@ -125,14 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="allowed approver (repeatable; overrides the gates' lists)",
+        help="narrow who may approve (repeatable): only names the gates also allow",
     )
     s.add_argument(
         "--approver-key",
         action="append",
         default=[],
         metavar="NAME[=PUBKEY]",
-        help="signed approver (repeatable): only decisions signed by these keys are accepted",
+        help="require signed decisions by these keys (repeatable): keys the worker names, "
+        "or any key where the worker accepts unsigned approvals",
     )
     s.add_argument(
         "--option",
@@ -140,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="session option (repeatable; JSON values)",
+    )
+    s.add_argument(
+        "--no-prefetch",
+        action="store_true",
+        help="render each next phase only when it is reached (sealed deployments: no future "
+        "phase in history; advances are slower)",
     )
     s.add_argument("--no-wait", action="store_true", help="do not wait for the definition")
     s.set_defaults(func=cmd.remote(cmd.start))
