@@ -51,6 +51,11 @@ class Settings(BaseModel):
         description="Workflow library folders, searched in order (PHASEGATE_LIBRARY, "
         "os.pathsep-separated); the shipped library/ is always last.",
     )
+    spec_roots: list[str] = Field(
+        default_factory=list,
+        description="Folders besides a session's target that a spec_path may point into "
+        "(PHASEGATE_SPEC_ROOTS, os.pathsep-separated).",
+    )
     ui_port: int = Field(8233, description="Dev-server Web UI port (PHASEGATE_UI_PORT).")
     standards_dirs: list[str] = Field(
         default_factory=list,
@@ -133,6 +138,7 @@ class Settings(BaseModel):
             library_paths=paths,
             ui_port=int(env.get("PHASEGATE_UI_PORT") or 8233),
             standards_dirs=[p for p in env.get("PHASEGATE_STANDARDS", "").split(pathsep) if p],
+            spec_roots=[p for p in env.get("PHASEGATE_SPEC_ROOTS", "").split(pathsep) if p],
             context_tokens=int(env.get("PHASEGATE_CONTEXT_TOKENS") or 1200),
             approver_keys_file=env.get("PHASEGATE_APPROVER_KEYS") or None,
             allow_unsigned_approvals=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_APPROVALS")) is True,
