@@ -8,14 +8,15 @@ only, so they serve whatever task queues the installed worker polls.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -161,7 +162,7 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-@dataclass
+@dataclasses.dataclass
 class HistoryFigures:
     """What the recorded histories of a set of workflows show."""
 
@@ -173,6 +174,7 @@ class HistoryFigures:
     timed_out_activities: int = 0
     retried_activities: int = 0
     retried_workflow_tasks: int = 0
+    bytes_by_type: Counter[str] = dataclasses.field(default_factory=Counter)
 
     def add(self, history: WorkflowHistory) -> None:
         self.runs += 1
@@ -180,6 +182,7 @@ class HistoryFigures:
             self.events += 1
             self.bytes += event.ByteSize()
             kind = event.event_type
+            self.bytes_by_type[EventType.Name(kind).removeprefix("EVENT_TYPE_")] += event.ByteSize()
             self.failed_workflow_tasks += kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
             self.timed_out_workflow_tasks += kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
             self.timed_out_activities += kind == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT

@@ -216,6 +216,10 @@ class FaultReport:
     def print(self) -> None:
         print(f"fault suite: {self.sessions} sessions x {self.phases} phases, 2 worker processes")
         print(f"  {'kill':<28}{'at':>7}{'updates':>9}{'verifies':>10}{'walking':>9}{'down':>8}")
+        print(
+            "  (updates: submissions in flight; verifies: checks running; walking: sessions"
+            " not complete; down: killed until restarted)"
+        )
         for k in self.kills:
             print(
                 f"  {k.scenario:<28}{k.at:6.1f}s{k.updates_in_flight:>9}{k.verifies_running:>10}"

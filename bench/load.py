@@ -181,6 +181,12 @@ def report(r: Round) -> None:
         f"per advance (raw {r.raw_history.events / max(1, r.raw_updates):.1f})",
         flush=True,
     )
+    top = r.history.bytes_by_type.most_common(3)
+    print(
+        "  largest per advance: "
+        + ", ".join(f"{name.lower()} {size / max(1, r.advances):.0f} B" for name, size in top),
+        flush=True,
+    )
 
 
 async def main(sessions: int, phases: int, worker_counts: list[int], in_memory: bool) -> None:

@@ -14,6 +14,8 @@ BENCHES = [
     ["verify_latency.py"],
     ["rag_bench.py"],
     ["concurrent_agents.py"],
+    ["load.py"],
+    ["fault_suite.py"],
 ]
 
 if __name__ == "__main__":
