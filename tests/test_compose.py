@@ -34,7 +34,9 @@ from phasegate.domain.settings import SEARCH_ATTRIBUTES, TASK_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = BASE
-SEALED_ENV = {"PHASEGATE_CERTS_DIR": "/c", "PHASEGATE_KEYS_DIR": "/k", "PHASEGATE_WORKSPACE": "/w"}
+SEALED_ENV = {
+    f"PHASEGATE_{d}": f"/{d.lower()}" for d in ("CERTS_DIR", "KEYS_DIR", "SPECS_DIR", "WORKSPACE")
+}
 
 
 def compose() -> dict[str, Any]:

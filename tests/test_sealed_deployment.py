@@ -44,7 +44,12 @@ IDENTITY = {
     "verify": "verify",
     "mcp": "mcp",
 }
-FOLDERS = ("PHASEGATE_CERTS_DIR", "PHASEGATE_KEYS_DIR", "PHASEGATE_WORKSPACE")
+FOLDERS = (
+    "PHASEGATE_CERTS_DIR",
+    "PHASEGATE_KEYS_DIR",
+    "PHASEGATE_SPECS_DIR",
+    "PHASEGATE_WORKSPACE",
+)
 
 needs_openssl = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="openssl is not installed (apt-get install openssl)"
@@ -86,6 +91,7 @@ def project(certs: Path, tmp_path: Path) -> dict[str, Any]:
         "PHASEGATE_CERTS_DIR": str(certs),
         "PHASEGATE_KEYS_DIR": str(tmp_path / "deploy-keys"),
     }
+    folders["PHASEGATE_SPECS_DIR"] = str(tmp_path / "specs")
     folders["PHASEGATE_WORKSPACE"] = str(tmp_path / "workspace")
     return load(BASE, SEALED, env=folders)["services"]
 
@@ -305,6 +311,19 @@ def test_session_worker_requires_signed_decisions(
     assert load_approver_keys(str(operators), "PHASEGATE_OPERATOR_KEYS") == [alice]
 
 
+def test_specs_reach_only_the_session_worker(project: dict[str, Any], tmp_path: Path) -> None:
+    """A spec holds every future phase: it is mounted read-only in the session worker,
+    which accepts spec paths there (PHASEGATE_SPEC_ROOTS), and nowhere else."""
+    from phasegate.temporal import load_settings
+
+    specs = str(tmp_path / "specs")
+    holders = {name for name, svc in project.items() for m in mounts(svc) if m[0] == specs}
+    assert holders == {"worker"}
+    roots = load_settings(env_of(project["worker"])).spec_roots
+    assert roots and all(host_path(project["worker"], r) == Path(specs) for r in roots)
+    assert [m[2] for m in mounts(project["worker"]) if m[0] == specs] == ["ro"]
+
+
 def test_networks_keep_the_database_and_ui_from_the_agent(project: dict[str, Any]) -> None:
     data = load(BASE, SEALED, env={name: "/x" for name in FOLDERS})
     assert data["networks"]["db"]["internal"] is True
@@ -337,5 +356,6 @@ def test_operator_commands_in_the_docs_parse() -> None:
         pairs = [o.split("=", 1) for o in getattr(args, "option", [])]
         options = SessionOptions.model_validate({k: _json_or_text(v) for k, v in pairs})
         if argv[0] == "start":
-            assert options.prefetch is False, f"sealed sessions prefetch nothing: {argv}"
+            prefetch = options.prefetch and not args.no_prefetch
+            assert prefetch is False, f"sealed sessions prefetch nothing: {argv}"
     assert [a for a in commands if a[0] == "start"]
