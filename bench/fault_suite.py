@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import subprocess
 import tempfile
 import time
 import uuid
@@ -231,7 +232,7 @@ class FaultReport:
             ("double advances", self.double_advances),
             ("failed workflow tasks", self.failed_workflow_tasks),
             ("timed-out workflow tasks", self.timed_out_workflow_tasks),
-            ("timed-out activities", self.timed_out_activities),
+            ("workers dead after server kill", sum(k.workers_replaced for k in self.kills)),
             ("activities run again", self.retried_activities),
             ("workflow tasks run again", self.retried_workflow_tasks),
             ("repeats answered as first", f"{self.repeats - self.repeats_differed}/{self.repeats}"),
@@ -297,7 +298,7 @@ async def inject_faults(
     kill.down_seconds = time.monotonic() - down
 
     # B: the worker running a slow check (its pid is in the marker).
-    def checking_worker() -> Any:
+    def checking_worker() -> subprocess.Popen[bytes] | None:
         live = [cluster.worker_by_pid(pid) for pid in _markers(workspaces)]
         return next((w for w in live if w is not None), None)
 
@@ -362,7 +363,10 @@ async def check_sessions(
                 or (artifact.submission_id, artifact.evidence) != submitted
             ):
                 report.lost_evidence += 1
-                report.problems.append(f"{sid}: phase {phase} recorded {artifact} for {submitted}")
+                recorded = artifact and (artifact.submission_id, artifact.evidence)
+                report.problems.append(
+                    f"{sid}: phase {phase} recorded {recorded}, sent {submitted}"
+                )
 
 
 async def run_suite(
