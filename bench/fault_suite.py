@@ -232,7 +232,7 @@ class FaultReport:
             ("double advances", self.double_advances),
             ("failed workflow tasks", self.failed_workflow_tasks),
             ("timed-out workflow tasks", self.timed_out_workflow_tasks),
-            ("workers dead after server kill", sum(k.workers_replaced for k in self.kills)),
+            ("workers died with server", sum(k.workers_replaced for k in self.kills)),
             ("activities run again", self.retried_activities),
             ("workflow tasks run again", self.retried_workflow_tasks),
             ("repeats answered as first", f"{self.repeats - self.repeats_differed}/{self.repeats}"),
