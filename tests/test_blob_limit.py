@@ -41,9 +41,10 @@ async def test_oversized_messages_stay_out_of_history(env, settings_for, run_wor
         await pg.wait_started(sid)
         before = await history_bytes(pg, sid)
 
-        # A signal lands in history before any handler runs: the server refuses it.
-        with pytest.raises(PhasegateError, match="Blob data size exceeds limit"):
-            await pg.signal_checkpoint(sid, 0, {"done": True, "blob": "x" * BIG})
+        # A signal lands in history before any handler runs (whatever its name, handled
+        # or not): the server refuses it.
+        with pytest.raises(RPCError, match="Blob data size exceeds limit"):
+            await pg.handle(sid).signal("checkpoint", {"phase": 0, "evidence": {"b": "x" * BIG}})
 
         # Over the evidence cap, under the blob limit: the update's validator refuses it.
         t0 = time.monotonic()
