@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "EvidenceRefused",
     "Slot",
     "check_environment",
+    "checked_report",
     "is_secret_name",
     "redact",
     "scrubbed_values",
@@ -313,3 +314,22 @@ def _redact_blocks(text: str) -> str:
             continue
         out.append(line)
     return "\n".join(out)
+
+
+def checked_report(checks: Sequence[Any], results: Sequence[Any]) -> list[Any] | None:
+    """The report's results if it answers every check of the gate, in order, else None.
+
+    A verify activity can be answered by any worker polling its task queue; one that
+    returns fewer results, or results for other checks, has not checked this gate
+    (the workflow treats it as checks that could not run: a failed check).
+
+    Args:
+        checks: The gate's checks (``VerifyCheck``).
+        results: The activity's ``VerifyResult`` list.
+    """
+    if len(results) != len(checks):
+        return None
+    for check, result in zip(checks, results, strict=True):
+        if (result.name, result.kind) != (check.name, check.kind):
+            return None
+    return list(results)

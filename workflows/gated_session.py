@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.session_views import details_markdown
     from phasegate.domain.settings import verify_task_queue
     from phasegate.domain.verify import VerifyReport, VerifyResult
+    from phasegate.domain.verify_contain import checked_report
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
     from phasegate.workflows._metrics import advanced, refused
 
@@ -274,7 +275,13 @@ class GatedSession:
             return state.verify_unavailable(cause)
         finally:
             self._verifying = False
-        return report.results
+        results = checked_report(state.current.gate.verify, report.results)
+        if results is None:  # e.g. answered by a worker that did not run this gate's checks
+            return state.verify_unavailable(
+                f"the verify report does not answer the gate's {len(state.current.gate.verify)} "
+                "checks"
+            )
+        return results
 
     async def _next_phase(self) -> PhaseDefinition | None:
         """The phase after the current one, rendered (None after the last phase).
