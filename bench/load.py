@@ -6,7 +6,8 @@ are ``python -m phasegate.worker`` processes, the baseline's workers
 (``RawUpdateWorkflow``) as many separate processes. For each worker count:
 
 1. raw: ``--sessions`` trivial workflows each get ``--phases`` updates back to back,
-   all at once: updates/s and p50/p95 latency;
+   all at once: updates/s and p50/p95 latency (again after step 2; the mean is the
+   baseline, so drift of a shared machine hits both sides alike);
 2. phasegate: ``--sessions`` sessions started (worker RSS measured with them open,
    against the same workers idle), then each walked through its ``--phases`` phases,
    all at once: advances/s, p50/p95 of an advance;
@@ -45,7 +46,7 @@ class Round:
     """One worker count's figures."""
 
     workers: int
-    raw_rate: float
+    raw_rates: tuple[float, float]
     raw_lat: list[float]
     rate: float
     lat: list[float]
@@ -130,20 +131,22 @@ async def one_round(
         workspace = str(cluster.root)
         # Warm-up: every code path the walk takes is loaded before idle RSS is read.
         await walk_all(pgs, await start_sessions(pgs, WARM_UP_SESSIONS, workspace), phases)
-        raw_ids, raw_rate, raw_lat = await raw_round(
-            clients, f"{cluster.task_queue}-raw", sessions, phases
-        )
+        raw_queue = f"{cluster.task_queue}-raw"
+        raw_ids, raw_before, raw_lat = await raw_round(clients, raw_queue, sessions, phases)
         idle = worker_rss(cluster)
         sids = await start_sessions(pgs, sessions, workspace)
         rss_per_session = (worker_rss(cluster) - idle) / sessions
         rate, lat, failures = await walk_all(pgs, sids, phases)
+        # The baseline again after the walk: a shared machine drifts, the mean evens it.
+        _, raw_after, raw_lat_after = await raw_round(clients, raw_queue, sessions, phases)
+        raw_lat += raw_lat_after
         history = await history_figures(clients[0], sids)
         raw_history = await history_figures(clients[0], raw_ids)
     finally:
         await asyncio.to_thread(cluster.stop_workers)
     return Round(
         workers,
-        raw_rate,
+        (raw_before, raw_after),
         raw_lat,
         rate,
         lat,
@@ -159,13 +162,15 @@ async def one_round(
 def report(r: Round) -> None:
     ms = 1000
     print(f"{r.workers} worker process{'es' if r.workers > 1 else ''}:", flush=True)
+    raw_rate = sum(r.raw_rates) / 2
     print(
-        f"  raw updates    {r.raw_rate:7.1f}/s   p50 {pct(r.raw_lat, 50) * ms:7.1f} ms"
-        f"   p95 {pct(r.raw_lat, 95) * ms:7.1f} ms   (baseline)"
+        f"  raw updates    {raw_rate:7.1f}/s   p50 {pct(r.raw_lat, 50) * ms:7.1f} ms"
+        f"   p95 {pct(r.raw_lat, 95) * ms:7.1f} ms   (baseline; {r.raw_rates[0]:.1f} "
+        f"before, {r.raw_rates[1]:.1f} after)"
     )
     print(
         f"  advances       {r.rate:7.1f}/s   p50 {pct(r.lat, 50) * ms:7.1f} ms"
-        f"   p95 {pct(r.lat, 95) * ms:7.1f} ms   {r.rate / r.raw_rate:.2f}x raw"
+        f"   p95 {pct(r.lat, 95) * ms:7.1f} ms   {r.rate / raw_rate:.2f}x raw"
     )
     print(
         f"  failed workflow tasks {r.history.failed_workflow_tasks} "
