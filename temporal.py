@@ -86,6 +86,8 @@ METRIC_VERIFY_SECONDS = "phasegate_verify_seconds"
 """Histogram: run time of one verify activity, label ``outcome`` (passed, failed, error)."""
 VERIFY_SECONDS_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 
+# Something answered but would not talk: TLS (a client certificate) or authentication.
+_TLS_MARKS = ("certificate", "handshake", "tls", "ssl", "alert", "after connection")
 _UNREACHABLE_MARKS = (
     "connecterror",
     "connection refused",
@@ -108,7 +110,15 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 def unreachable(settings: Settings, detail: str = "") -> TemporalUnreachable:
     """The one "Temporal unreachable" error every interface raises."""
     host = settings.temporal_address
-    known = not detail or any(m in detail.lower() for m in _UNREACHABLE_MARKS)
+    low = detail.lower()
+    if any(m in low for m in _TLS_MARKS):
+        return TemporalUnreachable(
+            f"Temporal at {host} did not accept the connection: {detail.splitlines()[0]}",
+            hint="a server that requires TLS with a client certificate needs TEMPORAL_TLS_CLIENT_"
+            "CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH and TEMPORAL_TLS_SERVER_CA_CERT_PATH "
+            "(docs/sealed-deployment.md); Temporal Cloud needs TEMPORAL_API_KEY",
+        )
+    known = not detail or any(m in low for m in _UNREACHABLE_MARKS)
     return TemporalUnreachable(
         f"cannot reach Temporal at {host}" + ("" if known else f": {detail}"),
         hint="start one with `phasegate server`, or point TEMPORAL_ADDRESS (or --address) "

@@ -346,25 +346,15 @@ def server(args: argparse.Namespace, settings: Settings) -> NoReturn:
     os.execv(cmd[0], cmd)  # the server owns the terminal: Ctrl-C and SIGTERM reach it directly
 
 
-def worker(args: argparse.Namespace, settings: Settings) -> int:
-    import logging
-
-    from phasegate.worker import run_worker
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    args.temporal = True
-    asyncio.run(run_worker(settings))  # an unreachable server raises TemporalUnreachable
-    return EXIT_OK
-
-
 def spec_parse(args: argparse.Namespace, settings: Settings) -> int:
+    from phasegate.activities import _safe_read as safe_read
     from phasegate.activities.tasks_parser import parse_tasks_md
 
     path = Path(args.path).expanduser()
     if path.is_dir():
         path = path / "tasks.md"
-    try:
-        data = path.read_bytes()
+    try:  # the same bounded reader sessions use: a regular file, at most 1 MiB
+        data = safe_read.read_bytes(path, limit=safe_read.MiB, what="spec")
     except OSError as exc:
         raise PhasegateError(
             f"cannot read spec: {exc.strerror or exc}",

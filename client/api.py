@@ -28,7 +28,8 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from phasegate.domain.errors import PhasegateError, SessionError
+from phasegate.domain.errors import PayloadTooLarge, PhasegateError, SessionError
+from phasegate.domain.limits import MAX_EVIDENCE_BYTES_LIMIT
 from phasegate.domain.messages import (
     ApprovalDecision,
     CheckpointResult,
@@ -45,6 +46,7 @@ from phasegate.domain.messages import (
     TaskQuery,
     TaskView,
 )
+from phasegate.domain.session import evidence_size
 from phasegate.domain.settings import Settings
 from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, phasegate_error
 from phasegate.workflows.gated_session import GatedSession
@@ -184,7 +186,9 @@ class PhasegateClient:
         submission_id: str | None = None,
     ) -> CheckpointResult:
         """Submit checkpoint evidence; a repeated ``submission_id`` returns the first result."""
-        sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
+        sub = _bounded(
+            CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
+        )
         return await self._update(session_id, GatedSession.submit_checkpoint, sub, submission_id)
 
     async def submit_nowait(
@@ -203,7 +207,9 @@ class PhasegateClient:
         before anything could refuse it.
         """
         submission_id = submission_id or uuid.uuid4().hex
-        sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
+        sub = _bounded(
+            CheckpointSubmission(phase=phase, evidence=evidence, submission_id=submission_id)
+        )
         try:
             update = await self.handle(session_id).start_update(
                 GatedSession.submit_checkpoint,
@@ -388,6 +394,19 @@ def _transient(exc: RPCError) -> bool:
         RPCStatusCode.UNAVAILABLE,
         RPCStatusCode.ABORTED,
     )
+
+
+def _bounded(sub: CheckpointSubmission) -> CheckpointSubmission:
+    """Refuse evidence no session accepts before sending it: a multi-megabyte update is
+    refused by the session too, but only after it stalls the session's workflow task."""
+    size = evidence_size(sub.evidence)
+    if size > MAX_EVIDENCE_BYTES_LIMIT:
+        raise PayloadTooLarge(
+            f"evidence is {size} bytes; no session accepts more than {MAX_EVIDENCE_BYTES_LIMIT}",
+            where="evidence",
+            hint="submit paths or summaries instead of whole files",
+        )
+    return sub
 
 
 def _quote(value: str) -> str:

@@ -320,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     code = _run(args)
     if argv is None and getattr(args, "temporal", False):
+        from phasegate.temporal import shutdown_tracing
+
+        shutdown_tracing()  # os._exit skips the span exporter's own exit hook
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

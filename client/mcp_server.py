@@ -319,8 +319,8 @@ class PhasegateTools:
             size = evidence_size(evidence)
             if size > MAX_EVIDENCE_BYTES:
                 raise PayloadTooLarge(
-                    f"evidence is {size} bytes; the limit is {MAX_EVIDENCE_BYTES} bytes (1 MiB), "
-                    "so it was not sent",
+                    f"evidence is {size} bytes; the limit is {MAX_EVIDENCE_BYTES} bytes "
+                    f"({MAX_EVIDENCE_BYTES // 1024} KiB), so it was not sent",
                     where="evidence",
                     hint="submit paths, counts or summaries instead of whole files",
                 )

@@ -195,7 +195,7 @@ async def test_bad_inputs_are_tool_errors(env, settings_for, run_worker, tmp_pat
 
         big = {"blob": "x" * (1024 * 1024 + 1)}
         text = await _err(client, "submit_checkpoint", {**submit, "evidence": big})
-        assert "payload_too_large" in text and "1 MiB" in text and "not sent" in text
+        assert "payload_too_large" in text and "256 KiB" in text and "not sent" in text
 
         assert "dict" in await _err(client, "submit_checkpoint", {**submit, "evidence": "all done"})
         assert "dict" in await _err(client, "submit_checkpoint", {**submit, "evidence": "[1, 2]"})

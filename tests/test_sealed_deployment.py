@@ -207,11 +207,12 @@ def _client_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, 
         monkeypatch.setenv(name, value)
 
 
-async def _connect() -> None:
+async def _connect() -> str:
     from phasegate.temporal import connect, load_settings
 
-    with pytest.raises(TemporalUnreachable):  # the probe speaks no gRPC
+    with pytest.raises(TemporalUnreachable) as err:  # the probe speaks no gRPC
         await connect(load_settings())
+    return str(err.value)
 
 
 def _probe(certs: Path) -> TlsProbe:
@@ -253,8 +254,10 @@ async def test_a_client_without_the_deployments_certificate_is_refused(
     with _probe(certs) as probe:
         _client_env(monkeypatch, tmp_path, {**env, "TEMPORAL_TLS_SERVER_NAME": "temporal"})
         monkeypatch.setenv("TEMPORAL_ADDRESS", probe.address)
-        await _connect()
+        text = await _connect()
     assert probe.seen and all(result == "refused" for result, _ in probe.seen), probe.seen
+    if how != "plaintext":  # the error names the settings to fix, not `phasegate server`
+        assert "TEMPORAL_TLS_CLIENT_CERT_PATH" in text, text
 
 
 def test_agent_sandbox_holds_nothing(project: dict[str, Any], tmp_path: Path) -> None:
