@@ -86,6 +86,7 @@ class DefinitionActivities:
         allow_unsigned_approvals: bool = False,
         operator_keys: list[ApproverKey] | None = None,
         allow_unsigned_controls: bool | None = None,
+        prefetch: bool = True,
         spec_roots: list[str] | None = None,
         max_spec_bytes: int = SPEC_LIMIT,
         max_phase_bytes: int = PHASE_LIMIT,
@@ -98,6 +99,7 @@ class DefinitionActivities:
         )
         self.deployment_keys = list(approver_keys or [])
         self.operator_keys = list(operator_keys or [])
+        self.prefetch = prefetch
         self.retriever = retriever
         self.context_tokens = context_tokens
         self.context_k = context_k
@@ -270,6 +272,7 @@ class DefinitionActivities:
             # trusts, never keys the starter named.
             operator_keys=list(dict.fromkeys([*self.operator_keys, *bound])),
             unsigned_controls=self.allow_unsigned_controls,
+            prefetch=self.prefetch,
         )
 
     def build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:

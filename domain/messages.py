@@ -202,14 +202,15 @@ class SessionPlan(BaseModel):
     unsigned_approvals: bool = Field(
         True, description="Whether this deployment accepts unsigned (name-only) approvals."
     )
-    operator_keys: list[ApproverKey] = Field(
-        default_factory=list,
-        description="Keys that may sign controls: the deployment's operators and the approvers "
-        "the deployment or the definition names.",
-    )
+    operator_keys: list[ApproverKey] = Field(default_factory=list)  # controls (session_controls)
     unsigned_controls: bool = Field(
         True, description="Whether this deployment accepts unsigned (name-only) controls."
     )
+    prefetch: bool = Field(True, description="False: the deployment turns prefetch off.")
+
+    def options_for(self, options: SessionOptions) -> SessionOptions:
+        """The session's options as this deployment allows them (prefetch may be off)."""
+        return options if self.prefetch else options.model_copy(update={"prefetch": False})
 
 
 # -- start --

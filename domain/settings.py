@@ -90,6 +90,12 @@ class Settings(BaseModel):
         "approver or operator keys (PHASEGATE_ALLOW_UNSIGNED_CONTROLS=1/0). Unset: follows "
         "allow_unsigned_approvals.",
     )
+    prefetch: bool = Field(
+        True,
+        description="Allow sessions to render their next phase ahead (PHASEGATE_PREFETCH=0 "
+        "turns it off for every session: a sealed deployment keeps future phases out of "
+        "history whatever a starter asks).",
+    )
     verify_concurrency: int = Field(
         4,
         ge=1,
@@ -145,6 +151,7 @@ class Settings(BaseModel):
             operator_keys_file=env.get("PHASEGATE_OPERATOR_KEYS") or None,
             allow_unsigned_controls=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_CONTROLS")),
             verify_concurrency=int(env.get("PHASEGATE_VERIFY_CONCURRENCY") or 4),
+            prefetch=_flag(env.get("PHASEGATE_PREFETCH")) is not False,
             metrics_port=int(env["PHASEGATE_METRICS_PORT"])
             if env.get("PHASEGATE_METRICS_PORT")
             else None,

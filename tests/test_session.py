@@ -9,6 +9,7 @@ import re
 import uuid
 
 import pytest
+from conftest import FIXTURES
 from fixture_evidence import GOOD_0
 from temporalio.api.enums.v1 import EventType
 
@@ -161,6 +162,21 @@ async def test_without_prefetch_history_never_holds_a_future_phase(session_env, 
     assert SECRET not in await _history_text(pg, sid)
     await pg.decide(sid, approver="alice", decision="approve")
     assert SECRET in await _history_text(pg, sid)  # reached, so rendered: this check can fail
+
+
+async def test_a_deployment_without_prefetch_overrides_the_starter(
+    env, settings_for, run_worker, tmp_path
+):
+    # PHASEGATE_PREFETCH=0 on the worker: a starter asking for prefetch gets none.
+    settings = settings_for(FIXTURES / "library", prefetch=False)
+    async with run_worker(settings):
+        pg = PhasegateClient(env.client, settings.task_queue)
+        sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(prefetch=True))
+        assert (await pg.submit(sid, 0, GOOD_0)).passed
+        assert (await pg.submit(sid, 1, {"plan": "the plan"})).awaiting_approval
+        assert SECRET not in await _history_text(pg, sid)
+        await pg.decide(sid, approver="alice", decision="approve")
+        assert SECRET in await _history_text(pg, sid)  # reached, so rendered
 
 
 async def test_protocol_violations_never_touch_history(session_env, tmp_path):

@@ -116,7 +116,7 @@ class GatedSession:
                 name=plan.name,
                 description=plan.description,
                 target=start.target,
-                options=start.options,
+                options=plan.options_for(start.options),
                 ref=plan.ref,
                 current=plan.first_phase,
                 started_at=now,
