@@ -14,6 +14,7 @@ import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity
@@ -57,6 +58,7 @@ from phasegate.domain.trust import session_keys
 from phasegate.temporal import application_error
 
 _WARM_DELAY_SECONDS = 0.05
+_STAMP_SECONDS = 1.0
 _TASKS_WITH_CONTEXT = 50  # larger phases get context for the phase, not for each task
 
 __all__ = ["DefinitionActivities", "example_evidence", "render_static_phase"]
@@ -106,6 +108,7 @@ class DefinitionActivities:
         self.library_paths = list(library_paths)
         self._rendered: dict[tuple[str, int], tuple[tuple[int, int], PhaseDefinition]] = {}
         self._cache_lock = threading.Lock()
+        self._stamps: dict[Path, tuple[float, tuple[int, int]]] = {}
         # Rendered phase (by identity: build_phase serves cached objects) -> with context.
         self._with_context: dict[tuple[str, int], tuple[PhaseDefinition, PhaseDefinition]] = {}
         self.snapshots = SnapshotStore(home, max_spec_bytes=max_spec_bytes)
@@ -279,7 +282,7 @@ class DefinitionActivities:
         """Phase ``index`` rendered; served from a cache until a file of the workflow changes
         (the spec snapshot never changes: it is addressed by its hash)."""
         key = (ref.model_dump_json(), index)
-        stamp = tree_stamp(wf.path)
+        stamp = self._stamp(wf.path)
         with self._cache_lock:
             hit = self._rendered.get(key)
         if hit is not None and hit[0] == stamp:
@@ -290,6 +293,19 @@ class DefinitionActivities:
                 self._rendered.clear()
             self._rendered[key] = (stamp, phase)
         return phase
+
+    def _stamp(self, root: Path) -> tuple[int, int]:
+        """``tree_stamp(root)``, reused for :data:`_STAMP_SECONDS` (a library edit shows
+        in renders after at most that long; a session's spec is a snapshot anyway)."""
+        now = time.monotonic()
+        with self._cache_lock:
+            seen = self._stamps.get(root)
+        if seen is not None and now - seen[0] < _STAMP_SECONDS:
+            return seen[1]
+        stamp = tree_stamp(root)
+        with self._cache_lock:
+            self._stamps[root] = (now, stamp)
+        return stamp
 
     def _build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:
         if not 0 <= index < ref.total_phases:

@@ -260,7 +260,7 @@ class GatedSession:
                 state.verify_request(sub, workflow.info().workflow_id),
                 task_queue=verify_task_queue(workflow.info().task_queue),
                 start_to_close_timeout=state.verify_timeout(),
-                heartbeat_timeout=timedelta(seconds=30),
+                heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(
                     maximum_attempts=2, non_retryable_error_types=["verify_invalid"]
                 ),
