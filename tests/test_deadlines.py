@@ -92,7 +92,7 @@ async def test_overdue_approval_escalates_and_notifies(ts_env, settings_for, web
             assert started.approval_due_at is not None
             view = await _wait_status(pg, sid, "approval_overdue")
             assert view.status == "approval_overdue", view
-            for _ in range(100):  # the webhook failed once (503) and was retried
+            for _ in range(300):  # the webhook failed once (503) and was retried
                 if hook.received:
                     break
                 await asyncio.sleep(0.1)
