@@ -19,7 +19,7 @@ import signal
 import sys
 
 import _common
-from baseline import RawUpdateWorkflow
+from baseline import RawUpdateWorkflow, echo
 from temporalio.worker import Worker
 
 from phasegate.domain.settings import Settings
@@ -35,7 +35,13 @@ async def main(address: str, task_queue: str, library: str | None, home: str | N
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        raw = Worker(client, task_queue=f"{task_queue}-raw", workflows=[RawUpdateWorkflow])
+        raw = Worker(
+            client,
+            task_queue=f"{task_queue}-raw",
+            workflows=[RawUpdateWorkflow],
+            activities=[echo],
+            activity_executor=pool,
+        )
         async with contextlib.AsyncExitStack() as stack:
             if library is not None:
                 await stack.enter_async_context(build_worker(client, settings, executor=pool))

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from temporalio import workflow
+from datetime import timedelta
+
+from temporalio import activity, workflow
+
+
+@activity.defn
+def echo(payload: dict) -> dict:
+    """The cheapest activity: what rendering a phase at the advance costs at the least."""
+    return payload
 
 
 @workflow.defn
@@ -20,6 +28,15 @@ class RawUpdateWorkflow:
 
     @workflow.update
     def bump(self, payload: dict) -> int:
+        self._count += 1
+        return self._count
+
+    @workflow.update
+    async def bump_local(self, payload: dict) -> int:
+        """A raw update that also awaits one trivial local activity (``echo``)."""
+        await workflow.execute_local_activity(
+            echo, payload, start_to_close_timeout=timedelta(seconds=10)
+        )
         self._count += 1
         return self._count
 
