@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.settings import Settings
 from phasegate.domain.signing import ApproverKey
 from phasegate.testing import dev_server, make_settings, running_worker
+from phasegate.worker import PhasegateWorkers
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -56,11 +56,11 @@ def settings_for(tmp_path: Path) -> Callable[..., Settings]:
 @pytest.fixture
 def run_worker(
     env: WorkflowEnvironment, executor: concurrent.futures.ThreadPoolExecutor
-) -> Callable[[Settings], contextlib.AbstractAsyncContextManager[Worker]]:
+) -> Callable[[Settings], contextlib.AbstractAsyncContextManager[PhasegateWorkers]]:
     """``async with run_worker(settings) as worker:`` — a worker for one test."""
 
     @contextlib.asynccontextmanager
-    async def make(settings: Settings) -> AsyncIterator[Worker]:
+    async def make(settings: Settings) -> AsyncIterator[PhasegateWorkers]:
         async with running_worker(env.client, settings, executor=executor) as worker:
             yield worker
 
@@ -71,7 +71,7 @@ def run_worker(
 async def session_env(
     env: WorkflowEnvironment,
     settings_for: Callable[..., Settings],
-    run_worker: Callable[[Settings], contextlib.AbstractAsyncContextManager[Worker]],
+    run_worker: Callable[[Settings], contextlib.AbstractAsyncContextManager[PhasegateWorkers]],
 ) -> AsyncIterator[tuple[PhasegateClient, Settings]]:
     """A client plus a running worker over the shipped library and tests/fixtures/library."""
     settings = settings_for(FIXTURES / "library")
