@@ -130,9 +130,7 @@ def apply_control(state: SessionState, req: ControlRequest, now: datetime) -> No
     elif req.action == "abandon":
         state.status = "abandoned"
     elif req.action == "retry_phase":
-        state.log_attempts()
-        state.attempt_count = 0
-        state.feedback = ""
+        _retry_phase(state)
     elif req.action == "rollback":
         assert req.to_phase is not None
         _rollback(state, req.to_phase)
@@ -142,6 +140,26 @@ def apply_control(state: SessionState, req: ControlRequest, now: datetime) -> No
         AuditEntry(at=now, action=req.action, actor=req.actor, phase=phase, detail=req.reason)
     )
     state.updated_at = now
+
+
+def _retry_phase(state: SessionState) -> None:
+    """Reopen the current phase for new evidence: attempts start again from 1, and a
+    passed checkpoint awaiting approval is withdrawn (its artifact kept as superseded),
+    so the session takes a new checkpoint instead of waiting for a decision."""
+    state.log_attempts()
+    state.attempt_count = 0
+    state.feedback = ""
+    if state.pending is not None:
+        state.superseded.append(state.pending.model_copy(update={"superseded": True}))
+        state.pending = None
+        state.approval_due_at = None
+    if state.awaiting_approval:
+        state.status = "active"
+    elif state.status == "paused" and state.paused_from in (
+        "awaiting_approval",
+        "approval_overdue",
+    ):
+        state.paused_from = "active"
 
 
 def _rollback(state: SessionState, to_phase: int) -> None:

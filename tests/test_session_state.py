@@ -305,6 +305,33 @@ def test_retry_phase_starts_the_attempt_count_again() -> None:
     assert len(state.attempt_log) == 2 and state.current.index == 0
 
 
+def test_retry_phase_while_awaiting_approval_reopens_the_phase() -> None:
+    # Issue 9, item 6: the passed checkpoint is withdrawn (kept as superseded), the
+    # session takes new evidence instead of staying stuck awaiting approval.
+    state = new_state()
+    to_phase(state, 1)
+    assert submit(state, 1, GOOD[1]).awaiting_approval and state.approval_due_at
+    control(state, "retry_phase", reason="plan needs a rollback section")
+    assert state.status == "active" and state.pending is None and state.approval_due_at is None
+    assert [(a.phase, a.superseded) for a in state.superseded] == [(1, True)]
+    assert state.audit[-1].action == "retry_phase" and state.audit[-1].phase == 1
+    with pytest.raises(ApprovalRefused, match="nothing awaits approval"):
+        decide(state, "lead")
+    assert submit(state, 1, {"plan": "plan with rollback"}).awaiting_approval
+    assert state.attempt_count == 1
+
+
+def test_retry_phase_while_paused_awaiting_approval_resumes_as_active() -> None:
+    state = new_state()
+    to_phase(state, 1)
+    submit(state, 1, GOOD[1])
+    control(state, "pause", reason="review")
+    control(state, "retry_phase", reason="redo")
+    assert state.pending is None and state.paused_from == "active"
+    control(state, "resume")
+    assert state.status == "active"
+
+
 def test_rollback_reopens_a_completed_phase_and_forgets_later_answers() -> None:
     state = new_state()
     submit(state, 0, GOOD[0], sid="p0")
