@@ -42,7 +42,7 @@ from phasegate.activities.library import (
 from phasegate.activities.rag import Retriever
 from phasegate.activities.snapshots import SPEC_LIMIT, SnapshotStore
 from phasegate.activities.templates import Renderer
-from phasegate.domain.errors import DefinitionError, PhasegateError
+from phasegate.domain.errors import DefinitionError, PhasegateError, SessionError
 from phasegate.domain.messages import (
     DefinitionRef,
     LoadSessionRequest,
@@ -54,7 +54,7 @@ from phasegate.domain.messages import (
 from phasegate.domain.rag import RetrievalQuery, context_sections, pack
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.spec import ParsedSpec
-from phasegate.domain.trust import session_keys
+from phasegate.domain.trust import narrowed_to_nobody, session_keys
 from phasegate.temporal import application_error
 
 _WARM_DELAY_SECONDS = 0.05
@@ -262,14 +262,16 @@ class DefinitionActivities:
             base_commit=_git_head(req.target),
         )
         bound = [*self.deployment_keys, *_approver_keys(meta, wf)]
+        keys = session_keys(
+            bound, req.options.approver_keys, unsigned_allowed=self.allow_unsigned_approvals
+        )
+        self._check_approvable(wf, ref, keys, req.options.approvers)
         return SessionPlan(
             name=meta.name or meta.workflow_type,
             description=meta.description,
             ref=ref,
             first_phase=self.build_phase(wf, ref, 0),
-            approver_keys=session_keys(
-                bound, req.options.approver_keys, unsigned_allowed=self.allow_unsigned_approvals
-            ),
+            approver_keys=keys,
             unsigned_approvals=self.allow_unsigned_approvals,
             # Controls: the operators and the approvers the deployment or the definition
             # trusts, never keys the starter named.
@@ -277,6 +279,48 @@ class DefinitionActivities:
             unsigned_controls=self.allow_unsigned_controls,
             prefetch=self.prefetch,
         )
+
+    def _check_approvable(
+        self,
+        wf: WorkflowDir,
+        ref: DefinitionRef,
+        keys: list[ApproverKey],
+        approvers: list[str] | None,
+    ) -> None:
+        """Refuse, before a session starts, one whose approval gates nobody could pass:
+        no keys where only signed approvals count, or ``--approver`` names none of a gate's.
+
+        Static phases are checked one by one; dynamic phases share one gate, checked on
+        the first of them. Rendering them here also reports a broken phase up front.
+        """
+        signed_only = not keys and not self.allow_unsigned_approvals
+        if not signed_only and approvers is None:
+            return
+        indexes = list(range(ref.static_phase_count))
+        if ref.total_phases > ref.static_phase_count:
+            indexes.append(ref.static_phase_count)
+        for index in indexes:
+            phase = self.build_phase(wf, ref, index)
+            if not (phase.requires_approval or phase.gate.approval.required):
+                continue
+            gate = phase.approvers or phase.gate.approval.approvers
+            where = f"phase {phase.label} ({phase.name}): approval"
+            if signed_only:
+                raise SessionError(
+                    "this phase needs an approval, and this worker accepts only signed "
+                    "approvals from keys it names: it names none, so nobody could approve",
+                    where=where,
+                    hint="name the approvers on the worker: PHASEGATE_APPROVER_KEYS="
+                    '"$(phasegate keys export NAME)" phasegate worker (or approver_keys in '
+                    "metadata.json), then start the session again",
+                )
+            if narrowed_to_nobody(gate, approvers):
+                raise SessionError(
+                    f"--approver {', '.join(approvers or []) or '(none)'} names nobody this "
+                    f"phase's gate allows ({', '.join(gate)})",
+                    where=where,
+                    hint="drop --approver, or name someone the gate lists",
+                )
 
     def build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:
         """Phase ``index`` rendered; served from a cache until a file of the workflow changes

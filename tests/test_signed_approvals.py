@@ -237,12 +237,13 @@ async def test_default_deployment_refuses_name_only_approvals(
     settings = settings_for(fixtures, allow_unsigned_approvals=False)
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
-        sid = await pg.start("mini_v1", str(tmp_path))
-        await _awaiting(pg, sid)
-        with pytest.raises(ApprovalRefused) as err:
-            await pg.decide(sid, approver="alice", decision="approve", phase=1)
-        assert "only signed approvals" in str(err.value)
-        assert (await pg.status(sid)).status == "awaiting_approval"
+        # Nobody could ever approve mini_v1's phase 1 here: refused before it starts
+        # (issue 9, item 2), with the fix, instead of failing at approval time.
+        with pytest.raises(SessionError) as err:
+            await pg.start("mini_v1", str(tmp_path))
+        assert "nobody could approve" in str(err.value)
+        assert err.value.where and "phase 1" in err.value.where
+        assert "PHASEGATE_APPROVER_KEYS" in (err.value.hint or "")
         # A key named at start would let whoever started the session approve it: refused.
         alice = keys.new_key("alice", directory=keydir)
         with pytest.raises(SessionError, match="names none"):
@@ -264,3 +265,12 @@ async def test_default_deployment_refuses_name_only_approvals(
             signed_sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
         )
         assert view.current_phase == 2
+
+
+async def test_approvers_naming_nobody_the_gate_allows_are_refused_at_start(session_env, tmp_path):
+    pg, _ = session_env
+    with pytest.raises(SessionError) as err:
+        await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approvers=["mallory"]))
+    assert "names nobody this phase's gate allows (alice)" in str(err.value)
+    sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approvers=["alice"]))
+    assert (await pg.status(sid)).status == "active"

@@ -227,7 +227,7 @@ async def test_deployment_refusing_unsigned_controls_refuses_all_without_keys(
     settings = settings_for(FIXTURES, **policy)
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
-        sid = await pg.start("mini_v1", str(tmp_path))
+        sid = await pg.start("fallback_v1", str(tmp_path))  # no approval gate
         handle = env.client.get_workflow_handle(sid)
         for action in ("pause", "retry_phase", "abandon"):
             why = await _refused(handle, ControlRequest(action=action, actor="lead", reason="r"))
@@ -250,7 +250,7 @@ async def test_deployment_allowing_unsigned_controls_accepts_names(
     settings = settings_for(FIXTURES, **policy)
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
-        sid = await pg.start("mini_v1", str(tmp_path))
+        sid = await pg.start("fallback_v1", str(tmp_path))  # no approval gate
         handle = env.client.get_workflow_handle(sid)
         assert "must name its actor" in await _refused(
             handle, ControlRequest(action="pause", actor="  ")
@@ -274,7 +274,7 @@ async def test_cli_control_signs_with_the_local_key(
     settings = settings_for(FIXTURES, operator_keys_file=_operators_file(tmp_path, people))
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
-        sid = await pg.start("mini_v1", str(tmp_path))
+        sid = await pg.start("fallback_v1", str(tmp_path))  # no approval gate
         base = {
             **os.environ,
             "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
