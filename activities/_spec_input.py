@@ -22,17 +22,28 @@ as the target (bound targets in the deployment for that).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import phasegate.activities._safe_read as safe_read
+from phasegate.activities._phase_render import phase_context
 from phasegate.activities.snapshots import SnapshotStore
 from phasegate.domain.errors import DefinitionError
-from phasegate.domain.gate_fallback import gate_from_checklist
-from phasegate.domain.gates import GateDefinition, GateRule
+from phasegate.domain.gate_fallback import checklist_fields
+from phasegate.domain.gates import FieldSpec, GateDefinition, GateRule
 from phasegate.domain.messages import PhaseDefinition
 from phasegate.domain.spec import ParsedSpec, SpecPhase
 
-__all__ = ["PHASE_LIMIT", "check_phase_size", "dynamic_gate", "load_spec", "spec_roots"]
+__all__ = [
+    "PHASE_LIMIT",
+    "check_phase_size",
+    "dynamic_context",
+    "dynamic_gate",
+    "load_spec",
+    "spec_roots",
+    "validation_items",
+]
 
 PHASE_LIMIT = 512 * safe_read.KiB
 """Largest rendered phase (its JSON) served; a 700-task phase renders to about 2 MB."""
@@ -134,11 +145,15 @@ def check_phase_size(phase: PhaseDefinition, limit: int, *, where: str, spec: bo
 def dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDefinition:
     """The gate of a phase built from a spec: the workflow's dynamic gate ``base``, one
     boolean per validation-gate item of ``sp``, and a rule requiring every required task
-    id in ``tasks_completed``."""
-    items = gate_from_checklist(sp.validation_gate, source=source)
+    id in ``tasks_completed`` (which may be empty when the phase requires no task)."""
+    items = checklist_fields(sp.validation_gate, source=source)[0]
     fields = {**base.fields, **{k: v for k, v in items.fields.items() if k not in base.fields}}
     rules = list(base.rules) + list(items.rules)
     required_ids = [t.id for t in sp.tasks if not t.optional]
+    listed = fields.get("tasks_completed")
+    if listed is not None and not required_ids and listed.min_length:
+        # No task is required (none written, or all optional): an empty list is honest.
+        fields["tasks_completed"] = listed.model_copy(update={"min_length": None})
     if "tasks_completed" in fields and required_ids:
         # One rule per 100 ids keeps each expression well under the evaluator's size limit.
         chunks = [required_ids[i : i + 100] for i in range(0, len(required_ids), 100)]
@@ -159,3 +174,83 @@ def dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDef
             "source": f"{base.source} + validation gate at {source}",
         }
     )
+
+
+def dynamic_context(
+    session: dict[str, Any], spec: ParsedSpec, index: int, spec_index: int, base: GateDefinition
+) -> dict[str, Any]:
+    """The context a dynamic phase template is rendered with (also used by
+    ``phasegate library check``, so a template it accepts renders in a session).
+
+    Args:
+        session: ``{workflow_type, target, total_phases}``.
+        spec: The parsed spec.
+        index: The session phase number.
+        spec_index: The phase's position in ``spec.phases``.
+        base: The workflow's dynamic gate (for ``phase.validation_items``).
+
+    Returns:
+        ``session``, ``phase`` (number, label, name, description, estimated_duration,
+        tasks, validation_gate, validation_items), ``spec``, ``task_count``,
+        ``next_phase_number`` and ``legacy``; each task of ``phase.tasks`` is a task's
+        context (a :class:`SpecTask` as a dict, plus its ``number``).
+    """
+    sp = spec.phases[spec_index]
+    tasks = [{**t.model_dump(), "number": k} for k, t in enumerate(sp.tasks, start=1)]
+    phase_ctx = {
+        "number": index,
+        "label": str(sp.number),
+        "name": sp.name,
+        "description": sp.description,
+        "estimated_duration": sp.estimated_duration,
+        "tasks": tasks,
+        "validation_gate": list(sp.validation_gate),
+        "validation_items": validation_items(base, sp),
+    }
+    ctx = phase_context(session, phase_ctx, index)
+    ctx["spec"] = {"title": spec.title, "source": spec.source}
+    return ctx
+
+
+def validation_items(base: GateDefinition, sp: SpecPhase) -> list[dict[str, Any]]:
+    """The Validation Gate items of ``sp`` as a phase template sees them
+    (``phase.validation_items``): per item its ``text``, the gate ``field`` that checks it
+    and an ``example`` value that passes (``None`` when a field of ``base`` checks it,
+    whose example the template already shows), so the evidence a phase documents passes
+    the gate :func:`dynamic_gate` builds.
+
+    Args:
+        base: The workflow's dynamic gate (``phases/dynamic/gate-definition.yaml``).
+        sp: The spec phase.
+
+    Returns:
+        One dict per non-empty item, in order; a repeated item once.
+    """
+    gate, names = checklist_fields(sp.validation_gate, source="tasks.md")
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for text, name in zip(sp.validation_gate, names, strict=True):
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        own = name not in base.fields
+        example = _example_value(gate.fields[name]) if own else None
+        out.append({"text": text.strip(), "field": name, "example": example})
+    return out
+
+
+def _example_value(spec: FieldSpec) -> Any:
+    """A value a checklist field accepts: items are booleans that must be true; an item
+    naming its field (``- [ ] `coverage_percent`: 85``) shows the value it states."""
+    stated = spec.description
+    if spec.type == "boolean":
+        return spec.validator != "is_false"
+    if spec.type in ("integer", "number"):
+        found = re.search(r"-?\d+(?:\.\d+)?", stated)
+        number = float(found.group()) if found else 1.0
+        return int(number) if spec.type == "integer" else number
+    if spec.type == "list":
+        return [stated or "done"]
+    if spec.type == "dict":
+        return {"status": stated or "done"}
+    return stated or "done"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from phasegate.domain.gates import ApprovalSpec, FieldSpec, FieldType, GateDefinition
 
-__all__ = ["gate_from_checklist", "gate_from_markdown", "slugify_field"]
+__all__ = ["checklist_fields", "gate_from_checklist", "gate_from_markdown", "slugify_field"]
 
 _MAX_SLUG = 40
 _IS_TRUE = "is_true"
@@ -178,19 +178,38 @@ def gate_from_checklist(items: list[str], *, source: str) -> GateDefinition:
     Returns:
         A strict gate with one required field per item.
     """
+    return checklist_fields(items, source=source)[0]
+
+
+def checklist_fields(items: list[str], *, source: str) -> tuple[GateDefinition, list[str]]:
+    """:func:`gate_from_checklist` and, per item, the name of the field that checks it.
+
+    Args:
+        items: Item texts, with or without a leading ``- [ ]``.
+        source: Where the items came from, kept on the gate.
+
+    Returns:
+        The gate and one field name per item, in order (``""`` for an empty item);
+        a repeated item names the same field.
+    """
     found = _Found()
+    names: list[str] = []
     for item in items:
         text = item.strip()
         box = _CHECKBOX.match(text) or _BULLET.match(text)
         text = box.group(box.lastindex or 1) if box else text
         text = re.sub(r"^\[[ xX~\-]\]\s*", "", text.strip())
-        if text.strip():
-            _item_field(found, text.strip())
-    return found.gate(source)
+        names.append(_item_field(found, text.strip()) or "" if text.strip() else "")
+    return found.gate(source), names
 
 
 def slugify_field(text: str) -> str:
-    """Turn free text into a snake_case field name of at most 40 characters.
+    """Turn free text into a snake_case field name of at most 40 characters, whole words.
+
+    A longer text is cut at the last word that fits and loses the words that cannot
+    end a name (``a``, ``the``, ``with``, ``is``, ...), so
+    ``"Repository is injected, not imported as a global"`` gives
+    ``"repository_is_injected_not_imported"``, not ``..._as_a``.
 
     Args:
         text: e.g. ``"All unit tests pass (``pytest``)"``.
@@ -200,14 +219,41 @@ def slugify_field(text: str) -> str:
         and an ``item_`` prefix when the text starts with a digit.
     """
     ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    slug = re.sub(r"[^a-z0-9]+", "_", ascii_text.lower()).strip("_")
-    if len(slug) > _MAX_SLUG:
-        cut = slug[:_MAX_SLUG]
-        slug = cut[: cut.rfind("_")] if slug[_MAX_SLUG] != "_" and "_" in cut else cut
-        slug = slug.strip("_")
-    if not slug:
+    words = re.findall(r"[a-z0-9]+", ascii_text.lower())
+    if not words:
         return "item"
-    return f"item_{slug}"[:_MAX_SLUG].rstrip("_") if slug[0].isdigit() else slug
+    if words[0][0].isdigit():
+        words.insert(0, "item")
+    return _fit(words, _MAX_SLUG)
+
+
+# Words a name cut short must not end on: it would read as a sentence broken off.
+_DANGLING = frozenset({
+    "a", "an", "the", "and", "or", "nor", "but", "with", "without", "of", "to", "in",
+    "into", "on", "onto", "at", "by", "for", "from", "as", "is", "are", "was", "were",
+    "be", "been", "being", "has", "have", "had", "its", "their", "this", "that",
+    "these", "those", "than", "then", "when", "where", "which", "who", "whose", "not",
+    "no", "if", "so", "via", "per", "each", "every", "all", "any", "some", "can",
+    "could", "may", "might", "must", "shall", "should", "will", "would",
+})  # fmt: skip
+
+
+def _fit(words: list[str], limit: int) -> str:
+    """``words`` joined by ``_``: all of them when they fit in ``limit`` characters, else
+    the longest prefix of whole words that fits, without dangling words at its end."""
+    joined = "_".join(words)
+    if len(joined) <= limit:
+        return joined
+    kept: list[str] = []
+    for word in words:
+        if len("_".join([*kept, word])) > limit:
+            break
+        kept.append(word)
+    if not kept:  # a single word longer than the limit
+        return words[0][:limit]
+    while len(kept) > 1 and kept[-1] in _DANGLING:
+        kept.pop()
+    return "_".join(kept)
 
 
 def _scan_gate_line(found: _Found, line: str) -> None:
@@ -244,11 +290,11 @@ def _provided_item(found: _Found, text: str) -> None:
         found.add(name, _plain(text))
 
 
-def _item_field(found: _Found, text: str, *, slug: bool = True) -> bool:
+def _item_field(found: _Found, text: str, *, slug: bool = True) -> str | None:
     """A checklist item: a leading field name, or else (``slug``) a boolean named by its text.
 
     Returns:
-        Whether a field was added.
+        The name of the field added, or None.
     """
     lead = _LEADING_NAME.match(text)
     if lead:
@@ -256,16 +302,17 @@ def _item_field(found: _Found, text: str, *, slug: bool = True) -> bool:
         colon, rest = lead.group(3), lead.group(4).strip()
         if name.lower() not in _NOT_FIELDS and (colon or _SNAKE.match(name)):
             found.add(name, _plain(rest) or name, _value_type(rest))
-            return True
-    if slug:
-        plain = _plain(text)
-        name = base = slugify_field(plain)
-        for n in range(2, 1000):  # distinct items whose slugs collide get _2, _3, ...
-            if name not in found.fields or found.fields[name].description == plain[:200]:
-                break
-            name = f"{base[: _MAX_SLUG - 4].rstrip('_')}_{n}"
-        found.add(name, plain, "boolean")
-    return slug
+            return name
+    if not slug:
+        return None
+    plain = _plain(text)
+    name = base = slugify_field(plain)
+    for n in range(2, 1000):  # distinct items whose slugs collide get _2, _3, ...
+        if name not in found.fields or found.fields[name].description == plain[:200]:
+            break
+        name = f"{_fit(base.split('_'), _MAX_SLUG - len(str(n)) - 1)}_{n}"
+    found.add(name, plain, "boolean")
+    return name
 
 
 def _table_row(found: _Found, line: str) -> None:

@@ -212,7 +212,10 @@ def engine_phases(tmp_path: Path, workflow: str, spec: str | None = None) -> lis
     """Every phase of a session as the worker's activities build it (no server)."""
     # The target is a name only (no folder): the spec is allowed through spec_roots.
     acts = DefinitionActivities(
-        [str(LIBRARY)], str(tmp_path / "home"), spec_roots=[str(ROOT / "examples")]
+        [str(LIBRARY)],
+        str(tmp_path / "home"),
+        spec_roots=[str(ROOT / "examples")],
+        allow_unsigned_approvals=True,  # the approval gates are checked, not signed, here
     )
     options = SessionOptions(spec_path=str(ROOT / spec)) if spec else SessionOptions()
     plan = acts.plan(

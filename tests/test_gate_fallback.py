@@ -308,6 +308,14 @@ def test_gate_from_empty_checklist() -> None:
             "every_public_function_has_a_docstring",
         ),
         ("a" * 60, "a" * 40),
+        # Cut at a word that fits, never after a word that cannot end a name.
+        ("Repository is injected, not imported as a global", "repository_is_injected_not_imported"),
+        ("Validation errors return 422 with the offending field", "validation_errors_return_422"),
+        (
+            "Every endpoint in specs.md section 3 is implemented",
+            "every_endpoint_in_specs_md_section_3",
+        ),
+        ("Sign in", "sign_in"),  # short enough: kept whole, even on a small word
     ],
 )
 def test_slugify_field(text: str, slug: str) -> None:
@@ -332,8 +340,17 @@ def test_colliding_slugs_get_suffixes_and_repeats_merge() -> None:
     gate = gate_from_checklist(items, source="tasks.md")
     assert list(gate.fields) == [
         "every_public_function_has_a_docstring",
-        "every_public_function_has_a_docstrin_2",
+        "every_public_function_has_a_docstring_2",
         "done",
+    ]
+
+
+def test_a_suffix_never_cuts_a_word() -> None:
+    text = "Formatting of generated reports matches upstream style exactly"
+    gate = gate_from_checklist([f"{text} (a)", f"{text} (b)"], source="tasks.md")
+    assert list(gate.fields) == [
+        "formatting_of_generated_reports_matches",
+        "formatting_of_generated_reports_2",
     ]
 
 
