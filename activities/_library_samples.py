@@ -157,7 +157,8 @@ def undefined_hint(message: str, ctx: dict[str, Any]) -> str | None:
         or [n for n in names if leaf[n] == name]
         or [n for n in names if difflib.get_close_matches(name, [leaf[n]], cutoff=0.8)]
     )
-    meant = f"did you mean {{{{ {close[0]} }}}}? " if close else ""
+    meant = " or ".join(f"{{{{ {n} }}}}" for n in close[:3])
+    meant = f"did you mean {meant}? " if meant else ""
     items = [
         f"each of {key}.{sub}: {', '.join(inner[0])}"
         for key, value in ctx.items()

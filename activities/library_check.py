@@ -158,7 +158,7 @@ def _static_phase_ctx(meta: WorkflowMetadata, index: int) -> dict[str, Any]:
     phase = meta.static_phases[index]
     return {"number": index, "label": str(phase.phase_number), "name": phase.phase_name,
             "description": phase.purpose, "estimated_duration": phase.estimated_effort,
-            "tasks": [{**t.model_dump(), "id": str(t.task_number), "number": 1}
+            "tasks": [{**t.model_dump(), "id": str(t.task_number)}
                       for t in phase.tasks[:1]],
             "validation_gate": []}  # fmt: skip
 
@@ -168,7 +168,7 @@ def _with_variables(issue: LibraryIssue, ctx: dict[str, Any]) -> LibraryIssue:
     if _VERBATIM not in issue.problem:
         return issue
     is_task = Path(issue.where.rsplit(":", 1)[0]).name.startswith("task-")
-    task = (ctx["phase"]["tasks"] or [{"id": "1", "number": 1}])[0]
+    task = {**(ctx["phase"]["tasks"] or [{"id": "1"}])[0], "number": 1}  # as task files get
     hint = undefined_hint(issue.problem, task_context(ctx, task) if is_task else ctx)
     if hint is None:
         return issue

@@ -17,10 +17,12 @@ import yaml
 from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
+from phasegate.activities._spec_input import validation_items
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.library import find_workflow
 from phasegate.domain.gates import GateDefinition, load_gate
 from phasegate.domain.messages import LoadSessionRequest, SessionOptions
+from phasegate.domain.spec import SpecPhase
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "library"
@@ -185,6 +187,10 @@ def dynamic_ctx(*, last: bool = False, bare: bool = False) -> dict[str, Any]:
     if bare:
         tasks = [spec_task("T001", "Create project structure", 1)]
         gate = []
+    items = validation_items(
+        read_gate(LIBRARY / "spec_execution_v1" / "phases" / "dynamic" / "gate-definition.yaml"),
+        SpecPhase(number=1, name="Domain Model and Storage", line=9, validation_gate=gate),
+    )
     phase = {
         "number": 3 if last else 1,
         "label": "1",
@@ -193,6 +199,7 @@ def dynamic_ctx(*, last: bool = False, bare: bool = False) -> dict[str, Any]:
         "estimated_duration": "" if bare else "1.5 hours",
         "tasks": tasks,
         "validation_gate": gate,
+        "validation_items": items,
     }
     return _with_legacy(
         {

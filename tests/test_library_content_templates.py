@@ -3,7 +3,8 @@
 Unit tests, no Temporal server: every static phase.md and task file renders
 with no placeholders left; spec_execution_v1's dynamic phase and task templates
 render a todo-api phase (also the last and a bare one) with both Jinja2 and the
-legacy ``[NAME]`` placeholders, and their evidence example passes the base gate.
+legacy ``[NAME]`` placeholders, and their evidence example passes the gate the
+engine builds (the base gate plus one field per Validation Gate item).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from library_helpers import (
     task_ctx,
 )
 
+from phasegate.activities._spec_input import dynamic_gate
 from phasegate.domain.gate_eval import evaluate_gate
-from phasegate.domain.gate_fallback import gate_from_checklist
+from phasegate.domain.spec import SpecPhase, SpecTask
 
 # --------------------------------------------------------------------------- templates
 
@@ -57,29 +59,30 @@ def test_dynamic_phase_template_renders() -> None:
         assert f"`{task['id']}`" in text and task["name"] in text
     assert "| done |" in text and "| 1.1 |" in text  # status and dependencies columns
     assert "- [ ] Ids unique under concurrent add" in text  # acceptance criteria
-    for item in ctx["phase"]["validation_gate"]:
-        assert f"- [ ] {item}" in text
+    for item in ctx["phase"]["validation_items"]:  # each item with the field that checks it
+        assert f"- [ ] {item['text']} → `{item['field']}`" in text
+    assert "`repository_is_injected_not_a_global`" in text
     assert '"phase": 1' in text and "phase 2 unlocks" in text
     assert "*(optional)*" in text
 
     example = evidence_example(text, "phase-template.md")
     assert example["tasks_completed"] == ["1.1", "1.2"], "every non-optional id, none optional"
     base = read_gate(wdir / "phases/dynamic/gate-definition.yaml")
-    assert set(example) == set(base.fields)
-    result = evaluate_gate(base, example)
-    assert result.passed, [p.model_dump() for p in result.problems]
+    assert evaluate_gate(base, example).passed
 
-    # The engine adds one boolean per validation-gate item; confirmed, they pass too.
-    items = gate_from_checklist(ctx["phase"]["validation_gate"], source="tasks.md:12")
-    assert len(items.fields) == 2
-    full = base.model_copy(
-        update={
-            "fields": {**base.fields, **items.fields},
-            "validators": {**items.validators, **base.validators},
-        }
-    )
-    assert not evaluate_gate(full, example).passed
-    assert evaluate_gate(full, {**example, **{k: True for k in items.fields}}).passed
+    # The engine adds one boolean per validation-gate item: the example confirms each.
+    sp = SpecPhase(number=1, name="x", line=9, validation_gate=ctx["phase"]["validation_gate"],
+                   tasks=[SpecTask(id=t["id"], name=t["name"], line=t["line"],
+                                   optional=t["optional"]) for t in ctx["phase"]["tasks"]])  # fmt: skip
+    full = dynamic_gate(base, sp, source="tasks.md:9")
+    assert set(full.fields) - set(base.fields) == {
+        "all_model_and_repository_tests_pass",
+        "repository_is_injected_not_a_global",
+    }
+    assert set(example) == set(full.fields)
+    result = evaluate_gate(full, example)
+    assert result.passed, [p.model_dump() for p in result.problems]
+    assert not evaluate_gate(full, {**example, "repository_is_injected_not_a_global": False}).passed
 
 
 def test_dynamic_phase_template_renders_last_and_bare_phases() -> None:
