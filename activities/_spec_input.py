@@ -58,8 +58,8 @@ def spec_roots(target: str, extra: list[str]) -> list[Path]:
 def _hint(target: str) -> str:
     where = f"the target {target}" if target else "the target"
     return (
-        f"spec_path must be a regular file or folder inside {where}; pass --spec (MCP: "
-        "spec_path) with a path inside --target, or list its folder in the worker's "
+        f"the spec must be a regular file or folder inside {where}; pass --spec (MCP: "
+        "spec_path) with a path inside TARGET, or list its folder in the worker's "
         "PHASEGATE_SPEC_ROOTS"
     )
 
@@ -88,7 +88,7 @@ def load_spec(
     if not path.is_absolute():
         if not (target and Path(target).is_dir()):
             raise DefinitionError(
-                "a relative spec_path needs a target folder to resolve against",
+                "a relative --spec (MCP: spec_path) needs a TARGET folder to resolve against",
                 where=raw,
                 hint=hint,
             )

@@ -242,8 +242,11 @@ class DefinitionActivities:
             if not raw:
                 raise DefinitionError(
                     f"workflow {meta.workflow_type} builds its phases from a spec",
-                    where=f"options.{key}",
-                    hint=f"start it with options.{key} set to the spec's tasks.md or its folder",
+                    where="--spec" if key == "spec_path" else f"--option {key}",
+                    hint="start it with --spec (MCP start_session: spec_path) naming the spec's "
+                    "tasks.md or its folder"
+                    if key == "spec_path"
+                    else f"start it with --option {key}=PATH naming the spec's tasks.md or folder",
                 )
             spec, spec_source = load_spec(self.snapshots, str(raw), req.target, self.spec_roots)
             snapshot_id = spec.sha256

@@ -54,7 +54,7 @@ class SnapshotStore:
                 or not UTF-8.
             SpecParseError: The text holds no phases.
         """
-        hint = hint or "pass options.spec_path as the spec's tasks.md or its directory"
+        hint = hint or "pass --spec (MCP: spec_path) with the spec's tasks.md or its folder"
         try:
             data = safe_read.read_bytes(
                 spec_file,

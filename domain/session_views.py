@@ -51,8 +51,9 @@ def violation(state: SessionState, requested: int, what: str = "phase") -> Seque
     return SequenceViolation(
         message=(
             f"{what} {requested} is not available: the session is on phase "
-            f"{state.current.index} of {state.total_phases}. Complete the current phase "
-            "(submit_checkpoint) to unlock the next one."
+            f"{state.current.index} ({state.current.index + 1} of {state.total_phases}). "
+            "Complete the current phase (submit its evidence: `phasegate submit`, or the "
+            "submit_checkpoint tool) to unlock the next one."
         ),
         requested_phase=requested,
         current_phase=state.current.index,

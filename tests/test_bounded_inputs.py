@@ -157,7 +157,7 @@ def test_a_spec_needs_a_target_folder(tmp_path):
     err = _refused(_acts(tmp_path), "", str(tmp_path / "tasks.md"))
     assert "the session has no target" in err.message
     err = _refused(_acts(tmp_path), "", "tasks.md")
-    assert "a relative spec_path needs a target folder" in err.message
+    assert "a relative --spec (MCP: spec_path) needs a TARGET folder" in err.message
 
 
 def test_a_spec_folder_is_its_tasks_md_only(tmp_path):
