@@ -101,10 +101,93 @@ _UNREACHABLE_MARKS = (
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    """Settings from the environment (``os.environ`` by default); see ``Settings``."""
-    return Settings.from_env(
-        os.environ if env is None else env, default_library=SHIPPED_LIBRARY, pathsep=os.pathsep
-    )
+    """Settings from the environment (``os.environ`` by default); see ``Settings``.
+
+    The Temporal address comes from, first to last: ``TEMPORAL_ADDRESS`` (``--address``),
+    the address of the Temporal profile (``TEMPORAL_PROFILE`` / config file), the running
+    ``phasegate dev`` or ``phasegate server`` recorded in ``<home>/dev.json`` (its Web UI
+    too), then ``localhost:7233``. A dev file whose process is gone or whose port is
+    closed is ignored with a note on stderr.
+    """
+    env = os.environ if env is None else env
+    settings = Settings.from_env(env, default_library=SHIPPED_LIBRARY, pathsep=os.pathsep)
+    if env.get("TEMPORAL_ADDRESS"):
+        return settings
+    profile = _profile_address(env)
+    if profile:
+        return settings.model_copy(update={"temporal_address": profile})
+    dev = _running_dev_server(settings.dev_file)
+    if dev is None:
+        return settings
+    update: dict[str, Any] = {"temporal_address": dev["address"]}
+    ui_url = dev.get("ui_url")
+    if isinstance(ui_url, str) and ui_url and not env.get("PHASEGATE_UI_URL"):
+        # Where the running server's UI is, whatever port PHASEGATE_UI_PORT asked for.
+        update["ui_url"] = ui_url
+        port = ui_url.rstrip("/").rpartition(":")[2]
+        if port.isdigit():
+            update["ui_port"] = int(port)
+    return settings.model_copy(update=update)
+
+
+def _profile_address(env: Mapping[str, str]) -> str | None:
+    """The address of the Temporal client profile, if one names it (a broken profile is
+    reported by :func:`connect`, not here)."""
+    from temporalio.envconfig import ClientConfigProfile
+
+    try:
+        return ClientConfigProfile.load(override_env_vars=dict(env)).address or None
+    except (RuntimeError, ValueError, OSError):
+        return None
+
+
+_NOTED: set[str] = set()
+
+
+def _running_dev_server(path: str) -> dict[str, Any] | None:
+    """``{address, ui_url, pid}`` of ``<home>/dev.json`` when its process lives and its
+    port answers; else None (with a note once per process when the file is stale)."""
+    import json
+    import socket
+    import sys
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        address, pid = data["address"], data["pid"]
+        host, _, port = address.rpartition(":")
+        port_number = int(port)
+        if not isinstance(pid, int):
+            raise TypeError("pid")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        reason = "it is not a dev file phasegate wrote"
+    else:
+        try:
+            os.kill(pid, 0)
+            alive = True
+        except ProcessLookupError:
+            alive = False
+        except OSError:  # another user's process: it exists
+            alive = True
+        if alive:
+            try:
+                with socket.create_connection((host, port_number), timeout=0.5):
+                    return data
+            except OSError:
+                reason = f"nothing answers at {address}"
+        else:
+            reason = f"process {pid} that wrote it has exited"
+    if path not in _NOTED:
+        _NOTED.add(path)
+        print(
+            f"phasegate: note: ignoring {path}: {reason} (start a server with `phasegate dev`, "
+            "or set TEMPORAL_ADDRESS)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return None
 
 
 def unreachable(settings: Settings, detail: str = "") -> TemporalUnreachable:

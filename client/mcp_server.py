@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import signal
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -438,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(server: MCPServer, port: int | None) -> int:
     try:
         if port is None:
-            anyio.run(server.run_stdio_async)
+            _leave_on_signal()
+            anyio.run(server.run_stdio_async)  # returns when the client closes stdin
         else:
             print(f"phasegate MCP server on http://127.0.0.1:{port}/mcp", file=sys.stderr)
             anyio.run(
@@ -449,6 +452,25 @@ def _serve(server: MCPServer, port: int | None) -> int:
     except SystemExit as exc:  # uvicorn exits when it cannot bind the port
         return exc.code if isinstance(exc.code, int) else 1
     return 0
+
+
+def _leave_on_signal() -> None:
+    """Stdio: the first Ctrl-C (SIGINT, exit 130) or SIGTERM (exit 0) ends the process.
+
+    The transport reads stdin in a thread that no cancellation interrupts, so a
+    cancelled server would wait for the client's next line (and need a second Ctrl-C).
+    Nothing is left to save: every tool call is a Temporal request, durable or not sent.
+    """
+
+    def leave(signum: int, _frame: object) -> None:
+        logging.shutdown()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(130 if signum == signal.SIGINT else 0)
+
+    signal.signal(signal.SIGINT, leave)
+    signal.signal(signal.SIGTERM, leave)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,11 @@ class Settings(BaseModel):
         "(PHASEGATE_SPEC_ROOTS, os.pathsep-separated).",
     )
     ui_port: int = Field(8233, description="Dev-server Web UI port (PHASEGATE_UI_PORT).")
+    ui_url: str | None = Field(
+        None,
+        description="Web UI base URL for links (PHASEGATE_UI_URL). Unset: the UI of the running "
+        "`phasegate dev` / `phasegate server` (<home>/dev.json), else http://localhost:<ui_port>.",
+    )
     standards_dirs: list[str] = Field(
         default_factory=list,
         description="Folders of project standards (markdown) indexed for phase context "
@@ -119,6 +124,17 @@ class Settings(BaseModel):
         return self.allow_unsigned_controls
 
     @property
+    def web_ui_url(self) -> str:
+        """Base URL of the Temporal Web UI that links point at (no trailing slash)."""
+        return (self.ui_url or f"http://localhost:{self.ui_port}").rstrip("/")
+
+    @property
+    def dev_file(self) -> str:
+        """``<home>/dev.json``: address, Web UI and pid of the running ``phasegate dev`` or
+        ``phasegate server``, read when neither TEMPORAL_ADDRESS nor a profile names one."""
+        return f"{self.home.rstrip('/')}/dev.json"
+
+    @property
     def rag_db(self) -> str:
         """The retrieval index (SQLite FTS5) under ``home``."""
         return f"{self.home.rstrip('/')}/rag.db"
@@ -143,6 +159,7 @@ class Settings(BaseModel):
             home=env.get("PHASEGATE_HOME") or ".phasegate",
             library_paths=paths,
             ui_port=int(env.get("PHASEGATE_UI_PORT") or 8233),
+            ui_url=env.get("PHASEGATE_UI_URL") or None,
             standards_dirs=[p for p in env.get("PHASEGATE_STANDARDS", "").split(pathsep) if p],
             spec_roots=[p for p in env.get("PHASEGATE_SPEC_ROOTS", "").split(pathsep) if p],
             context_tokens=int(env.get("PHASEGATE_CONTEXT_TOKENS") or 1200),

@@ -1,7 +1,9 @@
 """The phasegate demo (`make demo`): one spec_execution_v1 session, end to end.
 
-Starts the embedded Temporal dev server (SQLite under .phasegate/, Web UI on)
-unless one already answers at TEMPORAL_ADDRESS / localhost:7233, runs a worker
+Uses the Temporal server already running (TEMPORAL_ADDRESS, a profile, or a
+`phasegate dev` found through .phasegate/dev.json; the demo's worker then takes
+a task queue of its own), else starts the embedded dev server (SQLite under
+.phasegate/, on 7233/8233 when free, else on free ports), runs a worker
 in-process, and plays the coding agent and the human lead against the session:
 read phase 0, try to peek ahead (refused), submit incomplete evidence
 (problems listed), submit valid evidence, get the plan approved, then work
@@ -15,7 +17,9 @@ import concurrent.futures
 import os
 import socket
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
-from phasegate.client.devserver import DevServer
+from phasegate.client.devserver import DatabaseInUse, DevServer, choose_port
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.messages import GateView, PhaseView, SequenceViolation, SessionOptions
+from phasegate.domain.settings import Settings
 from phasegate.domain.signing import ApproverKey
 from phasegate.temporal import connect, load_settings
 from phasegate.testing import complete_evidence, example_evidence
@@ -169,28 +174,78 @@ async def walk(pg: PhasegateClient, ui_url: str | None, key_dir: Path) -> str:
     return sid
 
 
-async def main() -> int:
-    settings = load_settings()
-    explicit = "TEMPORAL_ADDRESS" in os.environ
-    server: DevServer | None = None
-    ui_url: str | None = f"http://localhost:{settings.ui_port}"
-    if not explicit and not _listening(settings.temporal_address):
-        home = Path(settings.home)
-        home.mkdir(parents=True, exist_ok=True)
-        port = 7233 if not _listening("127.0.0.1:7233") else None
-        ui_port = settings.ui_port if not _listening(f"127.0.0.1:{settings.ui_port}") else None
+def start_server(settings: Settings) -> DevServer:
+    """The demo's own dev server: 7233/8233 when free (else free ports), on
+    .phasegate/temporal.db unless another server holds that file (then in memory)."""
+    home = Path(settings.home)
+    home.mkdir(parents=True, exist_ok=True)
+    db: str | None = str((home / "temporal.db").resolve())
+    ui_port = choose_port(None, settings.ui_port, "PHASEGATE_UI_PORT")
+    for attempt in (1, 2):
         server = DevServer(
-            port=port,
-            ui_port=ui_port or 0 or None,
-            db=str(home / "temporal.db"),
+            port=choose_port(None, 7233, "--port"),
+            ui_port=ui_port,
+            db=db,
             log_file=str(home / "temporal.log"),
+            owner="make demo",
         )
-        say(f"starting the embedded Temporal dev server (data: {home / 'temporal.db'}) ...")
-        server.start()
+        where = db or "in memory"
+        print(
+            f"starting the embedded Temporal dev server on {server.address} ({where}) ...", end=""
+        )
+        started = time.monotonic()
+        try:
+            server.start(timeout=60, progress=_dots())
+        except DatabaseInUse as exc:
+            if attempt == 2:
+                raise
+            say(f"\n{DIM}{exc.message}: this run keeps its data in memory instead{RESET}")
+            db = None
+            continue
+        say(f" ready in {time.monotonic() - started:.1f} s")
+        return server
+    raise AssertionError("unreachable")
+
+
+def _shown(path: str) -> str:
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def _dots() -> Callable[[float], None]:
+    """Progress for waits over a second: one dot a second."""
+    shown = [0]
+
+    def tick(elapsed: float) -> None:
+        if int(elapsed) > shown[0]:
+            shown[0] = int(elapsed)
+            print(".", end="", flush=True)
+
+    return tick
+
+
+async def main() -> int:
+    # TEMPORAL_ADDRESS, a Temporal profile, or a running `phasegate dev` (<home>/dev.json)
+    settings = load_settings()
+    server: DevServer | None = None
+    if _listening(settings.temporal_address):
+        # A running server has its own workers: this run's worker gets a queue of its own,
+        # so only it (with the lead's key) handles the demo session.
+        settings = settings.model_copy(update={"task_queue": f"demo-{uuid.uuid4().hex[:6]}"})
+        say(f"using the Temporal server running at {settings.temporal_address}")
+        ui_url = settings.ui_url or (
+            f"http://localhost:{settings.ui_port}"
+            if _listening(f"127.0.0.1:{settings.ui_port}")
+            else None
+        )
+    elif "TEMPORAL_ADDRESS" in os.environ:
+        raise SystemExit(f"nothing answers at TEMPORAL_ADDRESS={settings.temporal_address}")
+    else:
+        server = start_server(settings)
         settings = settings.model_copy(update={"temporal_address": server.address})
         ui_url = server.ui_url
-    elif explicit:
-        ui_url = None
     key_dir = Path(settings.home) / "demo-config"
     lead = lead_key(key_dir)
     settings = settings.model_copy(update={"approver_keys_file": lead.model_dump_json()})
@@ -206,11 +261,14 @@ async def main() -> int:
     finally:
         if server is not None:
             server.stop()
-    say(
-        "\nThe session stays in .phasegate/temporal.db. To look at it again:\n"
-        "  .venv/bin/phasegate server     # terminal 1 (Web UI at http://localhost:8233)\n"
-        "  .venv/bin/phasegate list       # terminal 2"
-    )
+    if server is None:
+        say("\nThe session stays on that server: `.venv/bin/phasegate list` shows it.")
+    elif server.db:
+        say(
+            f"\nThe session stays in {_shown(server.db)}. To look at it again:\n"
+            "  .venv/bin/phasegate dev        # terminal 1: server + worker; prints the Web UI\n"
+            "  .venv/bin/phasegate list       # terminal 2 (same folder)"
+        )
     return 0
 
 

@@ -1,0 +1,313 @@
+"""``phasegate dev`` and ``phasegate server``: the embedded Temporal dev server under the CLI.
+
+``phasegate dev`` runs the server and a worker in one process and one terminal;
+``phasegate server`` runs the server alone (workers elsewhere). Both:
+
+- take 7233 and the Web UI's 8233 (``PHASEGATE_UI_PORT``) when free, else free
+  ports, and print them; ``--port``/``--ui-port`` insist on a port;
+- lock the SQLite file (``<db>.lock``, held by the server process): a second
+  server on the same file is refused with the running one's address;
+- record ``{address, ui_url, pid}`` in ``<home>/dev.json``, where
+  ``phasegate.temporal.load_settings`` finds it, so the CLI and ``phasegate mcp``
+  need no ``TEMPORAL_ADDRESS``; the file goes when the server stops;
+- keep the server's log in ``<home>/temporal.log`` (``--log-level error``: a clean
+  stop prints no WARN lines) and echo only its error lines;
+- stop on the first Ctrl-C or SIGTERM: the worker drains, then the server stops.
+
+Threat-model level: a development convenience for one machine (level 3 holds
+nothing here that ``phasegate worker`` does not): the worker accepts signed
+approvals only from keys named with ``--approver-key`` or ``PHASEGATE_APPROVER_KEYS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phasegate.client._cli_commands import EXIT_ERROR, EXIT_OK, echo, echo_err
+
+if TYPE_CHECKING:
+    from phasegate.client.devserver import DevServer
+    from phasegate.domain.settings import Settings
+
+WALKTHROUGH_SPEC = "examples/specs/todo-api"
+
+
+def dev(args: argparse.Namespace, settings: Settings) -> int:
+    """``phasegate dev``: server + worker in one terminal until Ctrl-C."""
+    args.temporal = True  # a Temporal client runs here: main() leaves with os._exit
+    return _run(args, settings, worker=True)
+
+
+def server(args: argparse.Namespace, settings: Settings) -> int:
+    """``phasegate server``: the dev server alone in the foreground until Ctrl-C."""
+    return _run(args, settings, worker=False)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _run(args: argparse.Namespace, settings: Settings, *, worker: bool) -> int:
+    from phasegate.client.devserver import DevServer, choose_port, remove_dev_file, write_dev_file
+
+    name = "phasegate dev" if worker else "phasegate server"
+    if worker:
+        settings = _with_approver_keys(settings, args.approver_key)  # fail before starting
+    home = Path(settings.home)
+    db = str(Path(args.db or home / "temporal.db").expanduser().resolve())
+    log = home / "temporal.log"
+    home.mkdir(parents=True, exist_ok=True)
+    port = choose_port(args.port, 7233, "--port")
+    ui_port = None
+    if not args.headless:
+        preferred = int(os.environ.get("PHASEGATE_UI_PORT") or 8233)
+        ui_port = choose_port(args.ui_port, preferred, "--ui-port")
+    srv = DevServer(
+        port=port,
+        ui_port=ui_port,
+        db=db,
+        log_file=str(log),
+        log_level=args.log_level,
+        owner=name,
+    )
+    offset = log.stat().st_size if log.is_file() else 0
+    with _sigterm_interrupts():
+        progress = _Progress(f"{name}: starting Temporal on {srv.address} (data: {_show(db)})")
+        srv.start(timeout=60, progress=progress)
+        progress.done()
+        try:
+            write_dev_file(
+                settings.dev_file,
+                address=srv.address,
+                ui_url=srv.ui_url,
+                server_pid=srv.proc.pid if srv.proc else None,
+                db=db,
+                command=name,
+                task_queue=settings.task_queue if worker else None,
+                started=datetime.now(UTC).isoformat(timespec="seconds"),
+            )
+            settings = settings.model_copy(
+                update={"temporal_address": srv.address, "ui_url": srv.ui_url}
+                | ({"ui_port": ui_port} if ui_port else {})
+            )
+            code = asyncio.run(_serve(srv, settings, db, log, offset, worker=worker))
+        finally:
+            with _signals_ignored():  # another Ctrl-C must not leave the server running
+                remove_dev_file(settings.dev_file)
+                srv.stop()
+    echo(f"{name}: stopped; sessions stay in {_show(db)}")
+    return code
+
+
+async def _serve(
+    srv: DevServer, settings: Settings, db: str, log: Path, offset: int, *, worker: bool
+) -> int:
+    """Run until SIGINT/SIGTERM or the server's exit; the worker (if any) drains first."""
+    stop = asyncio.Event()
+    failed: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            echo(f"\nstopping {'(the worker drains, then the server) ' if worker else ''}...")
+        stop.set()
+        # A second Ctrl-C interrupts the drain (KeyboardInterrupt); SIGTERM stays handled.
+        loop.remove_signal_handler(signal.SIGINT)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    watch = asyncio.create_task(_watch_server(srv, log, offset, stop, failed))
+    try:
+        if worker:
+            await _run_worker(settings, srv, db, stop)
+        else:
+            _announce(settings, srv, db, None)
+            await stop.wait()
+    finally:
+        watch.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    if failed:
+        echo_err(f"error: {failed[0]}")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+async def _run_worker(settings: Settings, srv: DevServer, db: str, stop: asyncio.Event) -> None:
+    import concurrent.futures
+    import logging
+
+    from phasegate.temporal import connect
+    from phasegate.worker import MAIN_ACTIVITY_THREADS, build_worker
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    client = await connect(settings)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=MAIN_ACTIVITY_THREADS) as executor:
+        async with build_worker(client, settings, executor=executor) as workers:
+            _announce(settings, srv, db, workers.task_queues)
+            await stop.wait()
+    echo("worker: drained and stopped")
+
+
+async def _watch_server(
+    srv: DevServer, log: Path, offset: int, stop: asyncio.Event, failed: list[str]
+) -> None:
+    """Echo the server's log lines (errors only at the default level); notice its exit."""
+    while True:
+        with contextlib.suppress(OSError):
+            with log.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            offset += len(complete)
+            for line in complete.decode("utf-8", "replace").splitlines():
+                if line.startswith("time="):  # the banner stays in the log
+                    echo_err(f"temporal: {line[:400]}")
+        if srv.proc is not None and srv.proc.poll() is not None and not stop.is_set():
+            failed.append(
+                f"the Temporal dev server exited with code {srv.proc.returncode} "
+                f"(log: {_show(str(log))})"
+            )
+            stop.set()
+            return
+        await asyncio.sleep(0.5)
+
+
+# ---------------------------------------------------------------- what it prints
+
+
+def _announce(settings: Settings, srv: DevServer, db: str, queues: list[str] | None) -> None:
+    """The addresses, who finds them, and the commands to run next."""
+    rows = [
+        ("Temporal", srv.address),
+        ("Web UI", srv.ui_url or "off (--headless)"),
+        ("data", f"{_show(db)} (log: {_show(str(Path(settings.home) / 'temporal.log'))})"),
+    ]
+    if queues is not None:
+        roles = [
+            f"{q!r} ({'verify checks' if q.endswith('-verify') else 'sessions'})" for q in queues
+        ]
+        rows.append(("worker", " and ".join(roles)))
+        rows.append(("approvals", _approvals(settings)))
+    home = settings.home
+    where = "in this folder" if not Path(home).is_absolute() else f"with PHASEGATE_HOME={home}"
+    rows.append(("found by", f"phasegate commands run {where} ({_show(settings.dev_file)})"))
+    for label, value in rows:
+        echo(f"  {label:10} {value}")
+    if os.environ.get("TEMPORAL_ADDRESS") not in (None, "", srv.address):
+        echo(
+            f"  note: TEMPORAL_ADDRESS={os.environ['TEMPORAL_ADDRESS']} is set here: commands "
+            "where it is set go there, not to this server"
+        )
+    echo(f"\nNext, in another terminal {where}:")
+    if queues is None:
+        echo("  phasegate worker                 # runs the sessions (or use `phasegate dev`)")
+    if Path(WALKTHROUGH_SPEC, "tasks.md").is_file():
+        echo(f"  phasegate start spec_execution_v1 {WALKTHROUGH_SPEC} --spec {WALKTHROUGH_SPEC}")
+    else:
+        echo("  phasegate library list           # workflows you can start")
+        echo("  phasegate start WORKFLOW_TYPE [TARGET]")
+    echo("  phasegate list                   # sessions")
+    echo("  phasegate mcp                    # MCP server for coding agents (stdio)")
+    echo(f"Elsewhere: export TEMPORAL_ADDRESS={srv.address}")
+    stops = "the worker and the server" if queues is not None else "the server"
+    echo(f"Ctrl-C stops {stops}.")
+
+
+def _approvals(settings: Settings) -> str:
+    from phasegate.worker import load_approver_keys
+
+    names = [k.name for k in load_approver_keys(settings.approver_keys_file)]
+    if names:
+        return f"signed by {', '.join(names)}"
+    if settings.allow_unsigned_approvals:
+        return "by name, unsigned (PHASEGATE_ALLOW_UNSIGNED_APPROVALS is on)"
+    return (
+        "none possible: no approver keys (restart with --approver-key NAME; "
+        "create one with `phasegate keys new NAME`)"
+    )
+
+
+def _with_approver_keys(settings: Settings, items: list[str]) -> Settings:
+    """``--approver-key NAME[=PUBKEY]`` added to the worker's PHASEGATE_APPROVER_KEYS."""
+    if not items:
+        return settings
+    from phasegate.client._cli_commands import _approver_key
+    from phasegate.worker import load_approver_keys
+
+    keys = [k.model_dump() for k in load_approver_keys(settings.approver_keys_file)]
+    keys += [_approver_key(item) for item in items]
+    return settings.model_copy(update={"approver_keys_file": json.dumps(keys)})
+
+
+def _show(path: str) -> str:
+    """``path`` relative to the current folder when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+class _Progress:
+    """A wait over a second shows progress: the elapsed seconds in place on a terminal,
+    a line every 5 s otherwise."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.tty = sys.stdout.isatty()
+        self.started = time.monotonic()
+        self.shown = -1  # the label prints on the first call: after the checks passed
+
+    def __call__(self, elapsed: float) -> None:
+        if self.shown < 0:
+            self.shown = 0
+            print(f"{self.label} ...", end="" if self.tty else "\n", flush=True)
+        second = int(elapsed)
+        if second < 1 or second == self.shown:
+            return
+        self.shown = second
+        if self.tty:
+            print(f"\r{self.label} ... {second} s", end="", flush=True)
+        elif second % 5 == 0:
+            print(f"  still starting ({second} s)", flush=True)
+
+    def done(self) -> None:
+        took = time.monotonic() - self.started
+        if self.shown < 0:
+            self(0.0)
+        prefix = f"\r{self.label} ... " if self.tty else "  "
+        print(f"{prefix}ready in {took:.1f} s", flush=True)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM acts as Ctrl-C while no event loop handles it, so the server is stopped."""
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
