@@ -1,13 +1,16 @@
 """Reading docker-compose.yml and docker-compose.sealed.yml as Compose would, without
-Docker: variable interpolation, the override merge, mounts, and what phasegate's own
-code reads from the environment. Plus a loopback TLS endpoint that records who
-completed a mutual-TLS handshake with it."""
+Docker: variable interpolation, the override merge, mounts, what phasegate's own code
+reads from the environment, the Docker build context (.dockerignore) and the versions of
+the embedded dev server. Plus a loopback TLS endpoint that records who completed a
+mutual-TLS handshake with it."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import ssl
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any, Self
@@ -21,7 +24,7 @@ MAKE_CERTS = ROOT / "deploy" / "make-certs.sh"
 
 # Variables the Temporal images read, as documented where they are read (see the
 # sources named at the top of docker-compose.sealed.yml).
-SERVER_TLS = {  # temporalio/temporal docker/config_template.yaml
+SERVER_TLS = {  # temporalio/temporal common/config/config_template_embedded.yaml
     "TEMPORAL_TLS_REQUIRE_CLIENT_AUTH",
     "TEMPORAL_TLS_SERVER_CERT",
     "TEMPORAL_TLS_SERVER_KEY",
@@ -47,6 +50,19 @@ CLIENT_TLS = {  # Temporal envconfig (temporalio.envconfig, `temporal options`)
     "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
     "TEMPORAL_TLS_SERVER_NAME",
 }
+
+# The other variables those images read, each from the same source as above.
+SERVER_ENV = {  # the server's embedded config template (persistence, bind, dynamic config)
+    "DB",
+    "DB_PORT",
+    "POSTGRES_USER",
+    "POSTGRES_PWD",
+    "POSTGRES_SEEDS",
+    "BIND_ON_IP",
+    "DYNAMIC_CONFIG_FILE_PATH",
+}
+SQL_TOOL_ENV = {"SQL_PLUGIN", "SQL_HOST", "SQL_PORT", "SQL_USER", "SQL_PASSWORD"}  # tools/sql
+UI_ENV = {"TEMPORAL_ADDRESS", "TEMPORAL_CORS_ORIGINS"}
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?)([-?])([^}]*))?\}|\$([A-Za-z_]\w*)")
 
@@ -169,10 +185,74 @@ def code_env_names() -> set[str]:
 
 def image_uid() -> int:
     """The uid of the phasegate image's user (Dockerfile ``useradd --uid N``)."""
+    return image_users()["phasegate"]
+
+
+def image_users() -> dict[str, int]:
+    """Users the Dockerfile creates (``useradd ... --uid N NAME``), name -> uid."""
     text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    match = re.search(r"useradd\b[^\n]*--uid (\d+)", text)
-    assert match, "Dockerfile creates no user with --uid"
-    return int(match.group(1))
+    found = re.findall(r"useradd\b[^\n]*?--uid (\d+) ([a-z][-a-z0-9]*)", text)
+    assert found, "Dockerfile creates no user with --uid"
+    return {name: int(uid) for uid, name in found}
+
+
+def shell_script(service: str) -> str:
+    """A one-shot service's ``sh -c`` script in docker-compose.yml, as the container runs
+    it (Compose turns ``$$`` into ``$``)."""
+    return raw(BASE)["services"][service]["command"][0].replace("$$", "$")
+
+
+def dev_server_versions() -> dict[str, str]:
+    """``temporal --version`` of the embedded dev server: {"cli", "server", "ui"}."""
+    from phasegate.client.devserver import temporal_binary
+
+    out = subprocess.run(
+        [temporal_binary(), "--version"], check=True, capture_output=True, text=True, timeout=30
+    ).stdout
+    match = re.search(r"version (\S+) \(Server (\S+), UI (\S+)\)", out)
+    assert match, out
+    return dict(zip(("cli", "server", "ui"), match.groups(), strict=True))
+
+
+def build_context(root: Path = ROOT) -> list[str]:
+    """Files ``docker build`` sends from ``root`` after .dockerignore (posix, relative).
+
+    Patterns as Docker reads them: relative to the context root (a leading ``/`` is
+    dropped), ``*`` and ``?`` within one path element, ``**`` across elements, and a match
+    on a folder excludes what it holds. Exceptions (``!``) are not supported: the file
+    uses none, and a folder excluded here is not walked.
+    """
+    lines = (root / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    patterns = [ln.strip().strip("/") for ln in lines if ln.strip() and not ln.startswith("#")]
+    assert not [p for p in patterns if p.startswith("!")], "build_context() handles no '!'"
+    regexes = [re.compile(_glob_regex(p)) for p in patterns]
+
+    def excluded(rel: str) -> bool:
+        return any(r.fullmatch(rel) for r in regexes)
+
+    files = []
+    for folder, dirs, names in os.walk(root):
+        base = Path(folder).relative_to(root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        dirs[:] = [d for d in dirs if not excluded(prefix + d)]
+        files += [prefix + n for n in names if not excluded(prefix + n)]
+    return sorted(files)
+
+
+def _glob_regex(pattern: str) -> str:
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return out
 
 
 class TlsProbe:

@@ -26,6 +26,7 @@ from compose_helpers import (
     env_of,
     host_path,
     image_uid,
+    image_users,
     load,
     mounts,
 )
@@ -272,17 +273,24 @@ def test_agent_sandbox_holds_nothing(project: dict[str, Any], tmp_path: Path) ->
 
 
 def test_verify_worker_runs_checks_as_another_user_with_only_the_workspace(
-    project: dict[str, Any],
+    project: dict[str, Any], tmp_path: Path
 ) -> None:
     verify_svc, worker = project["verify"], project["worker"]
     assert verify_svc["command"] == ["phasegate", "worker", "--verify-only"]
     assert worker["command"] == ["phasegate", "worker", "--no-verify"]
     uid = int(str(verify_svc["user"]).split(":")[0])
     assert uid not in {0, image_uid()}, "checks run the agent's code: not root, not `worker`"
+    assert str(worker["user"]) == f"{image_uid()}:{image_uid()}", "not PHASEGATE_UID"
+    # The image's verify user: its ~/.gitconfig lets git open a workspace it does not own.
+    assert image_users()["phasegate-verify"] == uid
     by_target = {target: (source, mode) for source, target, mode in mounts(verify_svc)}
-    assert set(by_target) == {"/workspace", "/etc/phasegate/tls"}
-    workspace = {m[:2] for m in mounts(worker) if m[1] == "/workspace"}
-    assert {(by_target["/workspace"][0], "/workspace")} == workspace
+    workspace = str(tmp_path / "workspace")
+    # The workspace at the paths the session worker has it: /workspace (the agent's
+    # sessions) and its host path (the operators' CLI), and nothing else but the cert.
+    assert set(by_target) == {"/workspace", workspace, "/etc/phasegate/tls"}
+    seen = {m[:2] for m in mounts(worker) if m[0] == workspace}
+    assert {(workspace, "/workspace"), (workspace, workspace)} == seen
+    assert {(by_target[t][0], t) for t in ("/workspace", workspace)} == seen
     assert by_target["/etc/phasegate/tls"][1] == "ro"
     assert not {"PHASEGATE_APPROVER_KEYS", "PHASEGATE_LIBRARY"} & set(env_of(verify_svc))
     assert verify_svc["read_only"] is True and verify_svc["cap_drop"] == ["ALL"]
@@ -334,7 +342,7 @@ def test_networks_keep_the_database_and_ui_from_the_agent(project: dict[str, Any
         net: {name for name, svc in project.items() if net in (svc.get("networks") or [])}
         for net in data["networks"]
     }
-    assert members["db"] == {"postgresql", "temporal"}
+    assert members["db"] == {"postgresql", "temporal", "temporal-schema"}
     # The agent shares mcp's network: from there only Temporal's mutual-TLS port.
     assert members["edge"] == {"temporal", "mcp", "verify"}
     assert project["temporal-ui"]["profiles"] == ["ui"]
