@@ -14,11 +14,18 @@ import hashlib
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from phasegate.client import _cli_progress as progress
 from phasegate.client import _cli_render as render
+from phasegate.client._cli_evidence import (
+    _json_or_text,  # noqa: F401 - tests import it here
+    key_value,
+    read_evidence,
+)
 from phasegate.domain.errors import PhasegateError
 
 if TYPE_CHECKING:
@@ -42,21 +49,6 @@ def echo_err(text: str) -> None:
 
 def _abspath(value: str) -> str:
     return str(Path(value).expanduser().resolve())
-
-
-def _json_or_text(value: str) -> Any:
-    """``3`` -> 3, ``true`` -> True, ``["a"]`` -> ["a"]; anything else stays a string."""
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
-
-
-def _key_value(item: str, flag: str) -> tuple[str, Any]:
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise PhasegateError(f"expected key=value, got {item!r}", where=flag)
-    return key.strip(), _json_or_text(value)
 
 
 def _approver_key(item: str) -> dict[str, str]:
@@ -107,7 +99,7 @@ async def start(ctx: _Ctx) -> int:
     from phasegate.domain.messages import SessionOptions
 
     a = ctx.args
-    opts = dict(_key_value(item, "--option") for item in a.option)
+    opts = dict(key_value(item, "--option") for item in a.option)
     if a.spec:
         opts["spec_path"] = _abspath(a.spec)
     if a.approver:
@@ -123,6 +115,16 @@ async def start(ctx: _Ctx) -> int:
         loc = ".".join(str(p) for p in first["loc"])
         raise PhasegateError(first["msg"], where=f"--option {loc}") from None
     target = _abspath(a.target or ".")
+    if not a.no_check:  # a typo must not leave a failed workflow behind
+        from phasegate.client._start_checks import check_start
+
+        check_start(
+            a.workflow_type,
+            target,
+            opts,
+            library_paths=ctx.settings.library_paths,
+            spec_roots=ctx.settings.spec_roots,
+        )
     pg = await ctx.client()
     sid = await pg.start(
         a.workflow_type, target, options=options, session_id=a.id, wait=not a.no_wait
@@ -156,7 +158,10 @@ async def start(ctx: _Ctx) -> int:
 
 async def status(ctx: _Ctx) -> int:
     pg = await ctx.client()
-    view = await pg.status(ctx.args.session_id)
+    sid = ctx.args.session_id
+    view = await progress.wait_with_progress(
+        pg, sid, pg.status(sid), printer=progress.printer_for(True)
+    )
     others = await pg.other_runs(ctx.args.session_id, view.run_chain) if view.run_chain else []
     text = "\n".join(
         [render.render_status(ctx.args.session_id, view), *render.render_other_runs(others)]
@@ -190,39 +195,35 @@ def _show_or_refuse(ctx: _Ctx, view: Any, show: Callable[[Any], str]) -> int:
     return EXIT_OK
 
 
-def _read_evidence(file: str | None, sets: list[str]) -> dict[str, Any]:
-    evidence: dict[str, Any] = {}
-    if file:
-        where = "stdin" if file == "-" else file
-        try:
-            text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise PhasegateError(
-                f"cannot read evidence: {exc.strerror or exc}", where=where
-            ) from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PhasegateError(
-                f"invalid JSON: {exc.msg}",
-                where=f"{where}:{exc.lineno}",
-                hint="evidence is one JSON object",
-            ) from None
-        if not isinstance(data, dict):
-            raise PhasegateError(
-                "evidence must be a JSON object", where=where, hint='e.g. {"tests_run": 12}'
-            )
-        evidence.update(data)
-    evidence.update(_key_value(item, "--set") for item in sets)
-    return evidence
-
-
 async def submit(ctx: _Ctx) -> int:
     a = ctx.args
-    evidence = _read_evidence(a.file, a.set)  # before connecting: file errors need no server
+    evidence = read_evidence(a.file, a.set, a.session_id)  # file errors need no server
+    if a.timeout is not None and a.timeout <= 0:
+        raise PhasegateError("must be a number of seconds above 0", where="--timeout")
     pg = await ctx.client()
-    phase = a.phase if a.phase is not None else (await pg.status(a.session_id)).current_phase
-    result = await pg.submit(a.session_id, phase, evidence, submission_id=a.id)
+    # With --timeout the submission gets an id now, so the error can say how to fetch
+    # its result later (a worker may still take it).
+    sub_id = a.id or (uuid.uuid4().hex if a.timeout is not None else None)
+
+    known: dict[str, int] = {} if a.phase is None else {"phase": a.phase}
+
+    async def run() -> tuple[int, Any]:
+        if "phase" not in known:
+            known["phase"] = (await pg.status(a.session_id)).current_phase
+        phase = known["phase"]
+        return phase, await pg.submit(a.session_id, phase, evidence, submission_id=sub_id)
+
+    again = f"`phasegate submit {a.session_id} ... --id {sub_id}`" if sub_id else "submit again"
+    phase, result = await progress.wait_with_progress(
+        pg,
+        a.session_id,
+        run(),
+        phase=lambda: known.get("phase"),
+        printer=progress.printer_for(not a.no_progress),
+        timeout=a.timeout,
+        timeout_hint=f"a worker may still take this submission: {again} returns its result; "
+        f"`phasegate status {a.session_id}` shows where the session is",
+    )
     ctx.emit(result, render.render_checkpoint(a.session_id, phase, result))
     return EXIT_OK if result.passed else EXIT_GATE_FAILED
 
@@ -274,8 +275,46 @@ async def control(ctx: _Ctx) -> int:
 async def list_sessions(ctx: _Ctx) -> int:
     a = ctx.args
     pg = await ctx.client()
-    rows = await pg.list(status=a.status, workflow_type=a.workflow, limit=a.limit)
-    ctx.emit(rows, render.render_listings(rows))
+    if a.failed:
+        rows = await pg.failed_starts(workflow_type=a.workflow, limit=a.limit)
+    else:
+        rows = await pg.list(status=a.status, workflow_type=a.workflow, limit=a.limit)
+    ctx.emit(rows, render.render_listings(rows, failed=a.failed))
+    return EXIT_OK
+
+
+def _dumps(rows: list[Any]) -> list[dict[str, Any]]:
+    return [r.model_dump(mode="json") for r in rows]
+
+
+async def sessions_prune(ctx: _Ctx) -> int:
+    """``phasegate sessions prune``: delete sessions that failed to start (with --yes)."""
+    from phasegate.client._executions import parse_age
+
+    a = ctx.args
+    older = parse_age(a.older_than) if a.older_than else None
+    pg = await ctx.client()
+    rows = await pg.failed_starts(workflow_type=a.workflow, older_than=older, limit=a.limit)
+    if not a.yes:
+        if a.json:
+            echo(render.to_json({"deleted": [], "would_delete": _dumps(rows)}))
+        elif rows:
+            echo(render.render_listings(rows, failed=True))
+            echo(f"would delete {len(rows)} failed start(s); run again with --yes to delete")
+        else:
+            echo("no sessions that failed to start")
+        return EXIT_OK
+    for row in rows:
+        await pg.delete(row)
+    if a.json:
+        echo(render.to_json({"deleted": _dumps(rows), "would_delete": []}))
+    else:
+        lines = [f"deleted {r.session_id} (run {r.run_id})" for r in rows]
+        lines.append(
+            f"deleted {len(rows)} failed start(s); Temporal removes them in the background "
+            "(within about a minute)"
+        )
+        echo("\n".join(lines))
     return EXIT_OK
 
 
@@ -286,17 +325,29 @@ async def watch(ctx: _Ctx) -> int:
 
     a = ctx.args
     pg = await ctx.client()
+    # Progress (no worker, verify checks running) goes with the text; with --json,
+    # stdout is one status object per line, so progress goes to stderr.
+    printer = progress.ProgressPrinter(sys.stderr if a.json else sys.stdout)
     last: dict[str, Any] | None = None
+    phase: int | None = None
     while True:
+        lines = await progress.progress_lines(pg, a.session_id, phase)
+        if lines and lines[0].startswith("no worker is polling"):
+            printer.show(lines)  # a status query would only wait for a worker
+            await asyncio.sleep(max(a.interval, 1.0))
+            continue
         try:
             view = await pg.status(a.session_id)
         except SessionNotActive as exc:
-            if "starting" not in exc.message:
+            if "loading its definition" not in exc.message:
                 raise
+            printer.show(lines or [f"session {a.session_id} is loading its definition"])
             await asyncio.sleep(a.interval)  # started with --no-wait: not loaded yet
             continue
+        phase = view.current_phase
         dump = view.model_dump(mode="json")
         if dump != last:
+            printer.close()
             if a.json:
                 echo(json.dumps(dump))  # one object per line: easy to stream
             else:
@@ -306,6 +357,7 @@ async def watch(ctx: _Ctx) -> int:
             last = dump
         if a.once or view.status in _FINISHED:
             return EXIT_OK
+        printer.show(lines)  # the phase of verify lines is the one before this status
         await asyncio.sleep(a.interval)
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phasegate.activities.library import WorkflowDir
     from phasegate.activities.library_check import CheckReport
+    from phasegate.client._executions import Waiting
     from phasegate.client.api import SessionListing
     from phasegate.domain.gates import Problem
     from phasegate.domain.messages import (
@@ -44,6 +45,7 @@ __all__ = [
     "table",
     "to_json",
     "ui_url",
+    "waiting_lines",
 ]
 
 _BOX = {"todo": "[ ]", "done": "[x]", "in_progress": "[-]", "skipped": "[~]"}
@@ -87,22 +89,58 @@ def _problems(title: str, problems: Sequence[Problem]) -> list[str]:
     return [title, *(f"  - {problem_line(p)}" for p in problems)] if problems else []
 
 
+def _where(view: SessionView) -> str:
+    """``phase 2 (3 of 5): Plan``: the phase number every command uses, then its place."""
+    n = view.current_phase
+    return f"phase {n} ({n + 1} of {view.total_phases}): {view.current_phase_name}"
+
+
+def _abandon_entry(view: SessionView) -> Any:
+    return next((a for a in reversed(view.audit) if a.action == "abandon"), None)
+
+
 def progress_line(view: SessionView, session_id: str = "ID") -> str:
-    """``phase 2/5 (Plan) — awaiting approval by alice`` (or completed/abandoned)."""
+    """``phase 1 (2 of 5): Plan — awaiting approval by alice`` (or completed/abandoned)."""
     total = view.total_phases
-    where = f"phase {view.current_phase + 1}/{total} ({view.current_phase_name})"
     if view.status == "completed":
         return f"completed — all {total} phases done"
     if view.status == "abandoned":
-        return f"abandoned at {where}"
+        entry = _abandon_entry(view)
+        by = f" by {entry.actor}" if entry and entry.actor else ""
+        why = f": {entry.detail}" if entry and entry.detail else ""
+        return f"abandoned at {_where(view)}{by}{why}"
+    approvers = ", ".join(view.awaiting_approval_from) or "an approver"
     state = {
         "active": "awaiting checkpoint evidence",
-        "awaiting_approval": "awaiting approval by "
-        + (", ".join(view.awaiting_approval_from) or "an approver"),
+        "awaiting_approval": f"awaiting approval by {approvers}",
+        "approval_overdue": f"approval OVERDUE, by {approvers}",
         "paused": f"paused (resume with `phasegate control {session_id} resume --as NAME`)",
         "starting": "starting",
     }.get(view.status, view.status)
-    return f"{where} — {state}"
+    return f"{_where(view)} — {state}"
+
+
+AUDIT_LINES = 10
+"""Latest audit entries ``status`` prints (``--json`` has every entry it holds)."""
+
+
+def _audit(session_id: str, view: SessionView) -> list[str]:
+    if not view.audit:
+        return []
+    total = view.audit_total or len(view.audit)
+    shown = view.audit[-AUDIT_LINES:]
+    head = (
+        "audit trail:" if total <= len(shown) else f"audit trail (latest {len(shown)} of {total}):"
+    )
+    lines = [head]
+    for a in shown:
+        who = f" by {a.actor}" if a.actor else ""
+        why = f": {a.detail}" if a.detail else ""
+        when = a.at.astimezone()  # local time, as the other timestamps a person reads
+        lines.append(f"  {when:%Y-%m-%d %H:%M:%S} phase {a.phase} {a.action}{who}{why}")
+    if total > len(shown):
+        lines.append(f"  (all of it: phasegate status {session_id} --json)")
+    return lines
 
 
 def render_status(session_id: str, view: SessionView) -> str:
@@ -126,9 +164,54 @@ def render_status(session_id: str, view: SessionView) -> str:
         lines.append(f"{verb} phase {a.phase} by {a.approver}{note}")
     if view.last_signal_error:
         lines.append(f"last signalled checkpoint failed: {view.last_signal_error}")
+    lines += _audit(session_id, view)
     if len(view.run_chain) > 1:
         lines.append(f"runs (continue-as-new): {len(view.run_chain)}, first {view.run_chain[0]}")
     return "\n".join(lines)
+
+
+def _secs(seconds: float) -> str:
+    return f"{int(seconds)} s"
+
+
+def waiting_lines(w: Waiting, phase: int | None = None, waited: float = 0.0) -> list[str]:
+    """What a session waits on, one line each: no worker on its task queue, a task no
+    worker took, each verify check queued or running (with its elapsed time); else, once
+    the caller has ``waited`` 3 s or more, that no worker has answered."""
+    lines: list[str] = []
+    if not w.running:
+        return lines
+    queue = f"task queue '{w.task_queue}'"
+    seen = f"; the last poll was {_secs(w.last_poll)} ago" if w.last_poll is not None else ""
+    if w.workers == 0:
+        lines.append(
+            f"no worker is polling {queue}: start one with `phasegate worker` (or `phasegate dev`)"
+        )
+    elif w.task_waiting is not None and w.task_waiting >= (5 if w.task_taken else 2):
+        what = "answered" if w.task_taken else "taken the session's task"
+        lines.append(
+            f"no worker has {what} for {_secs(w.task_waiting)} on {queue}{seen}: "
+            "is `phasegate worker` still running?"
+        )
+    name = "verify" if phase is None else f"verify phase {phase}"
+    for c in w.checks:
+        if c.state == "running":
+            check = f", check '{c.check}'" if c.check else ""
+            lines.append(f"{name}: running for {_secs(c.seconds)} (attempt {c.attempt}){check}")
+        elif c.workers == 0:
+            lines.append(
+                f"{name}: queued for {_secs(c.seconds)}; no verify worker is polling "
+                f"'{c.task_queue}': run `phasegate worker` (or `phasegate worker --verify-only`)"
+            )
+        else:
+            lines.append(f"{name}: queued for {_secs(c.seconds)} behind other checks")
+    if not lines and waited >= 3:
+        # A stopped worker stays listed as a poller for minutes: say what is known.
+        lines.append(
+            f"no worker has answered for {_secs(waited)} on {queue}{seen}: "
+            "is `phasegate worker` still running?"
+        )
+    return lines
 
 
 def render_other_runs(others: Sequence[SessionListing]) -> list[str]:
@@ -249,19 +332,29 @@ def render_control(r: ControlResult, actor: str = "", *, signed: bool = False) -
     return f"{r.action}{by}: session is {r.status}, on phase {r.current_phase}"
 
 
-def render_listings(rows: Sequence[SessionListing]) -> str:
+def _listing_status(s: SessionListing) -> str:
+    if s.status == "starting" and s.execution_status not in ("running", "continued_as_new"):
+        return f"failed to start ({s.execution_status.replace('_', ' ')})"
+    status = s.status or s.execution_status
+    if s.execution_status not in ("running", "completed", "continued_as_new"):
+        status += f" ({s.execution_status.replace('_', ' ')})"
+    return status
+
+
+def render_listings(rows: Sequence[SessionListing], *, failed: bool = False) -> str:
+    """The ``list`` table; with ``failed``, each failed start's reason under its row."""
     if not rows:
-        return "no sessions"
+        return "no sessions that failed to start" if failed else "no sessions"
     out = []
     for s in rows:
-        status = s.status or s.execution_status
-        if s.execution_status not in ("running", "completed", "continued_as_new"):
-            status += f" ({s.execution_status})"
         started = s.started_at.strftime("%Y-%m-%d %H:%M") if s.started_at else ""
-        out.append(
-            (s.session_id, s.workflow_type, status, "" if s.phase is None else s.phase, started)
-        )
-    return table(("SESSION", "WORKFLOW", "STATUS", "PHASE", "STARTED"), out)
+        phase = "" if s.phase is None else s.phase
+        out.append((s.session_id, s.workflow_type, _listing_status(s), phase, started))
+    text = table(("SESSION", "WORKFLOW", "STATUS", "PHASE", "STARTED"), out)
+    if not failed:
+        return text
+    reasons = [f"  {s.session_id}: {s.reason}" for s in rows if s.reason]
+    return "\n".join([text, *(["why:", *reasons] if reasons else [])])
 
 
 def render_spec(spec: ParsedSpec) -> str:

@@ -81,7 +81,7 @@ def render_workflows(rows: Sequence[tuple[str, str, str, int | str]]) -> str:
 
 def render_phase(view: PhaseView, total: int | None = None) -> str:
     """One readable phase: content, tasks, gate fields, approval and earlier artifacts."""
-    of = f" (of {total})" if total else ""
+    of = f" ({view.phase + 1} of {total})" if total else ""
     lines = [f"## {_heading(view.phase, view.label, view.name)}{of} — {view.state}", ""]
     lines.append(view.content.rstrip())
     lines += _tasks(view.tasks)
@@ -122,7 +122,7 @@ def render_current(session_id: str, state: SessionView, view: PhaseView | None) 
     if state.status == "completed":
         return f"{head}\nAll {state.total_phases} phases are complete; nothing left to do."
     if state.status == "abandoned":
-        return f"{head}\nThe session was abandoned; start a new one with start_session."
+        return f"{head}\n{_abandoned(state)} Start a new one with start_session."
     lines = [head]
     if state.status in ("awaiting_approval", "approval_overdue"):
         lines.append(
@@ -192,6 +192,14 @@ def render_checkpoint(phase: int, result: CheckpointResult, approvers: Sequence[
     return "\n".join(lines).rstrip()
 
 
+def _abandoned(view: SessionView) -> str:
+    """``The session was abandoned at phase 1 by bob: spec withdrawn.``"""
+    entry = next((a for a in reversed(view.audit) if a.action == "abandon"), None)
+    by = f" by {entry.actor}" if entry and entry.actor else ""
+    why = f": {entry.detail}" if entry and entry.detail else ""
+    return f"The session was abandoned at phase {view.current_phase}{by}{why}."
+
+
 def render_state(session_id: str, view: SessionView) -> str:
     """get_session_state: progress, attempts, problems, approvals."""
     title = view.name or view.workflow_type
@@ -199,10 +207,12 @@ def render_state(session_id: str, view: SessionView) -> str:
     total = view.total_phases
     if view.status == "completed":
         lines.append(f"Status: completed — all {total} phases done.")
+    elif view.status == "abandoned":
+        lines.append(f"Status: {_abandoned(view)}")
     else:
         lines.append(
-            f"Status: {view.status} — phase {view.current_phase} of {total} "
-            f"({view.current_phase_name}), {view.attempts} attempt(s) so far."
+            f"Status: {view.status} — phase {view.current_phase} ({view.current_phase + 1} of "
+            f"{total}): {view.current_phase_name}, {view.attempts} attempt(s) so far."
         )
     if view.status in ("awaiting_approval", "approval_overdue"):
         lines.append(f"Now {approval_line(view.awaiting_approval_from)}.")

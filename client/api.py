@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,14 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from phasegate.domain.errors import PayloadTooLarge, PhasegateError, SessionError
+from phasegate.client import _executions as executions
+from phasegate.client._executions import Waiting
+from phasegate.domain.errors import (
+    PayloadTooLarge,
+    PhasegateError,
+    SessionError,
+    SessionNotActive,
+)
 from phasegate.domain.limits import MAX_EVIDENCE_BYTES_LIMIT
 from phasegate.domain.messages import (
     ApprovalDecision,
@@ -51,7 +58,7 @@ from phasegate.domain.settings import Settings
 from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, phasegate_error
 from phasegate.workflows.gated_session import GatedSession
 
-__all__ = ["PhasegateClient", "SessionListing"]
+__all__ = ["PhasegateClient", "SessionListing", "Waiting"]
 
 
 class SessionListing(BaseModel):
@@ -62,6 +69,7 @@ class SessionListing(BaseModel):
     execution_status: str
     started_at: datetime | None
     run_id: str | None = None
+    reason: str | None = None  # why it failed to start (``list --failed``, ``sessions prune``)
 
 
 def _listing(wf: Any) -> SessionListing:
@@ -356,8 +364,46 @@ class PhasegateClient:
             clauses.append(f"PhasegateStatus = '{_quote(status)}'")
         if workflow_type:
             clauses.append(f"PhasegateWorkflow = '{_quote(workflow_type)}'")
+        return await self._listings(" AND ".join(clauses), limit)
+
+    async def failed_starts(
+        self,
+        *,
+        workflow_type: str | None = None,
+        older_than: timedelta | None = None,
+        limit: int = 50,
+    ) -> list[SessionListing]:
+        """Sessions that closed before loading their definition (a bad spec or target),
+        newest first, each with the ``reason`` it failed."""
+        query = executions.failed_starts_query(older_than)
+        if workflow_type:
+            query += f" AND PhasegateWorkflow = '{_quote(workflow_type)}'"
+        rows = await self._listings(query, limit)
+        reasons = await executions.gather_limited(
+            [executions.failed_start_reason(self.temporal, r.session_id, r.run_id) for r in rows]
+        )
+        return [r.model_copy(update={"reason": why}) for r, why in zip(rows, reasons, strict=True)]
+
+    async def delete(self, listing: SessionListing) -> None:
+        """Delete one closed execution (e.g. a failed start) and its history. Temporal
+        refuses to delete nothing else: a running session is deleted too, so callers
+        pass only closed executions (``failed_starts``)."""
+        try:
+            await executions.delete(self.temporal, listing.session_id, listing.run_id or "")
+        except RPCError as exc:
+            raise phasegate_error(exc) from None
+
+    async def waiting(self, session_id: str) -> Waiting:
+        """What a message to the session waits on: a worker to take its task, a verify
+        check queued or running (see ``client._executions.waiting``)."""
+        try:
+            return await executions.waiting(self.temporal, session_id)
+        except RPCError as exc:
+            raise phasegate_error(exc) from None
+
+    async def _listings(self, query: str, limit: int) -> list[SessionListing]:
         out: list[SessionListing] = []
-        async for wf in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
+        async for wf in self.temporal.list_workflows(query, limit=limit):
             out.append(_listing(wf))
         return out
 
@@ -369,15 +415,35 @@ class PhasegateClient:
                 return await self.handle(session_id).query(query, *args)
             except (WorkflowQueryFailedError, RPCError) as exc:
                 if not _timed_out(exc):
-                    raise phasegate_error(exc) from None
+                    err = phasegate_error(exc)
+                    if _still_loading(err):  # or never will: its start failed
+                        err = await self._failed_start(session_id) or SessionNotActive(
+                            f"session {session_id} is still loading its definition",
+                            hint=f"retry in a moment; `phasegate watch {session_id}` shows "
+                            "when it is ready",
+                        )
+                    raise err from None
                 if attempt == _QUERY_RETRIES:
-                    raise self._no_answer(session_id, _QUERY_RETRIES + 1) from None
+                    err = await self._failed_start(session_id)
+                    raise err or self._no_answer(session_id, _QUERY_RETRIES + 1) from None
                 await asyncio.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    async def _failed_start(self, session_id: str) -> SessionError | None:
+        """The error of a session that closed before loading, else None."""
+        try:
+            return await executions.failed_start(self.temporal, session_id)
+        except RPCError:
+            return None
 
 
 _TRANSIENT_RETRIES = 8
 _QUERY_RETRIES = 3
+
+
+def _still_loading(err: PhasegateError) -> bool:
+    """The answer of a session that has not loaded its definition (yet, or ever)."""
+    return "loading its definition" in err.message  # a query failure carries only its text
 
 
 def _timed_out(exc: BaseException) -> bool:

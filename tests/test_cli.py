@@ -114,7 +114,7 @@ async def test_session_walkthrough(online, tmp_path):
     status, phase, future, task = await asyncio.gather(
         cli("status", sid), cli("phase", sid), cli("phase", sid, "2"), cli("task", sid, "0", "1")
     )
-    assert status.code == 0 and "phase 1/3 (Analyse)" in status.out, status.out + status.err
+    assert status.code == 0 and "phase 0 (1 of 3): Analyse" in status.out, status.out + status.err
     assert phase.code == 0, phase.err
     assert str(tmp_path) in phase.out and "Read the code" in phase.out  # content, tasks
     assert "modules_found" in phase.out and "integer" in phase.out  # gate table
@@ -138,7 +138,7 @@ async def test_session_walkthrough(online, tmp_path):
     assert r.code == 0 and "awaiting approval" in r.out, r.out + r.err
 
     status, refused = await asyncio.gather(cli("status", sid), cli("approve", sid, "--as", "bob"))
-    assert "phase 2/3 (Plan) — awaiting approval by alice" in status.out
+    assert "phase 1 (2 of 3): Plan — awaiting approval by alice" in status.out
     assert "✓ 0 Analyse" in status.out and "2 attempts" in status.out
     assert refused.code == 1 and refused.out == ""
     assert refused.err.startswith("error: ") and refused.err.count("\n") == 1
@@ -146,7 +146,7 @@ async def test_session_walkthrough(online, tmp_path):
 
     # --as defaults to $PHASEGATE_APPROVER.
     r = await cli("approve", sid, "--comment", "fine", PHASEGATE_APPROVER="alice")
-    assert r.code == 0 and "phase 3/3 (Build)" in r.out, r.out + r.err
+    assert r.code == 0 and "phase 2 (3 of 3): Build" in r.out, r.out + r.err
 
     r = await cli("control", sid, "pause", "--reason", "lunch", "--as", "carol")
     assert r.code == 0 and "paused" in r.out, r.err
@@ -175,7 +175,7 @@ async def test_session_walkthrough(online, tmp_path):
     assert "mini_v1" in row and "active" in row
 
     r = await cli("watch", sid, "--once")
-    assert r.code == 0 and "phase 3/3 (Build)" in r.out, r.err
+    assert r.code == 0 and "phase 2 (3 of 3): Build" in r.out, r.err
 
     r = await cli(
         "submit", sid, "--set", "tests_run=3", "--set", "tests_passed=3", "--set", "coverage=50"
