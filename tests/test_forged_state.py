@@ -3,6 +3,7 @@ be started with made-up carried state; only its own continue-as-new carries stat
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -58,3 +59,39 @@ async def test_continue_as_new_still_carries_state(session_env, tmp_path):
     assert (await pg.handle(sid).describe()).run_id != first
     status = await pg.status(sid)
     assert status.status == "active" and status.current_phase == 0
+
+
+async def test_a_cron_start_cannot_smuggle_carried_state_into_its_next_run(session_env, tmp_path):
+    # Cron runs also have a continued_run_id: no run of a cron start may believe `carried`.
+    pg, settings = session_env
+    forged = {
+        "workflow_type": "mini_v1",
+        "ref": {"workflow_type": "mini_v1", "total_phases": 3, "static_phase_count": 3},
+        "status": "completed",
+        "current": {"index": 2, "label": "2", "name": "Tests", "content": ""},
+    }
+    forged_id = f"forged-cron-{uuid.uuid4().hex[:8]}"
+    await pg.temporal.start_workflow(
+        GatedSession.run,
+        StartSession(workflow_type="mini_v1", target=str(tmp_path), carried=forged),
+        id=forged_id,
+        task_queue=settings.task_queue,
+        cron_schedule="@every 1s",
+    )
+    try:
+        refused: set[str] = set()
+        for _ in range(150):  # until two runs have run (and refused)
+            async for run in pg.temporal.list_workflows(f"WorkflowId = '{forged_id}'"):
+                handle = pg.temporal.get_workflow_handle(forged_id, run_id=run.run_id)
+                text = (await handle.fetch_history()).to_json()
+                assert "approval" not in text or "cannot be started" in text
+                if "cannot be started with carried state" in text:
+                    refused.add(run.run_id)
+            if len(refused) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert len(refused) >= 2, "a later cron run did not refuse the carried state"
+        with pytest.raises(Exception):  # noqa: B017 - no run answers with the forged state
+            await pg.status(forged_id)
+    finally:
+        await pg.temporal.get_workflow_handle(forged_id).terminate("test over")

@@ -72,7 +72,9 @@ class GatedSession:
         self._state: SessionState | None = None
         # Carried state is trusted only from this workflow's own continue-as-new: a
         # client starting a session with made-up `carried` state gets a failed start.
-        self._forged = start.carried is not None and not workflow.info().continued_run_id
+        info = workflow.info()  # cron and retry runs have a continued_run_id too: not ours
+        own = info.continued_run_id and not info.cron_schedule and info.retry_policy is None
+        self._forged = start.carried is not None and not own
         if start.carried is not None and not self._forged:
             self._state = SessionState.model_validate(start.carried)
             self._state.runs += 1
@@ -199,13 +201,9 @@ class GatedSession:
 
     @workflow.signal
     async def checkpoint(self, sub: CheckpointSubmission) -> None:
-        """Retired: a signal's payload lands in history before any check could refuse it.
-
-        Sessions started before the retirement (no patch marker in their history) still
-        handle it, so their histories replay; every other session drops it and says so.
-        Fire-and-forget clients send the ``submit_checkpoint`` update and wait only for
-        its acceptance (``PhasegateClient.submit(..., wait=False)``).
-        """
+        """Retired (a signal lands in history before anything can refuse it): dropped, with
+        a note, except in sessions from before (their histories replay). Fire-and-forget
+        clients use the update, waiting only for acceptance (``submit_nowait``)."""
         self._messages_this_run += 1
         if workflow.patched(_SIGNAL_RETIRED):
             if self._state is not None:
