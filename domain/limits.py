@@ -6,9 +6,10 @@ update is rejected and nothing reaches history. Pure values.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated
 
-from pydantic import StringConstraints
+from pydantic import AfterValidator, StringConstraints
 
 __all__ = [
     "DEFAULT_MAX_EVIDENCE_BYTES",
@@ -20,7 +21,9 @@ __all__ = [
     "MAX_PATH_CHARS",
     "MAX_PHASE",
     "MAX_TEXT_CHARS",
+    "RESERVED_PREFIX",
     "Name",
+    "is_reserved",
 ]
 
 DEFAULT_MAX_EVIDENCE_BYTES = 256 * 1024  # Temporal warns on payloads above 256 KB
@@ -34,4 +37,20 @@ MAX_EVIDENCE_BYTES_LIMIT = 512 * 1024  # highest max_evidence_bytes (carry must 
 MAX_OPTIONS_BYTES = 64 * 1024  # a session's options as JSON, extra keys included
 MAX_LIST_ITEMS = 64  # approvers, approver keys
 
-Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]
+RESERVED_PREFIX = "phasegate:"  # phasegate's own actors (``phasegate:deadline``)
+
+
+def _printable(name: str) -> str:
+    """Names are shown in audits and terminals: no control or invisible format characters."""
+    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    if bad:
+        raise ValueError(f"names may not contain control or invisible characters ({bad[0]!r})")
+    return name
+
+
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` claims to be phasegate itself (compared as people would read it)."""
+    return unicodedata.normalize("NFKC", name).strip().lower().startswith(RESERVED_PREFIX)
+
+
+Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS), AfterValidator(_printable)]

@@ -17,7 +17,6 @@ from phasegate.domain.limits import (
     MAX_EVIDENCE_BYTES_LIMIT,
     MAX_ID_CHARS,
     MAX_LIST_ITEMS,
-    MAX_NAME_CHARS,
     MAX_OPTIONS_BYTES,
     MAX_PATH_CHARS,
     MAX_PHASE,
@@ -281,7 +280,7 @@ class ApprovalDecision(BaseModel):
     ``nonce`` and an Ed25519 ``signature`` over ``domain.signing.canonical_message``."""
 
     phase: int = Field(le=MAX_PHASE)
-    approver: str = Field(max_length=MAX_NAME_CHARS)
+    approver: Name
     decision: Literal["approve", "reject"]
     comment: str = Field("", max_length=MAX_TEXT_CHARS)
     nonce: str | None = Field(None, max_length=64)
@@ -316,7 +315,7 @@ class ControlRequest(BaseModel):
     to_phase: int | None = Field(
         None, le=MAX_PHASE, description="rollback: the completed phase to return to."
     )
-    actor: str = Field("", max_length=MAX_NAME_CHARS)
+    actor: Name = ""
     nonce: str | None = Field(None, max_length=64)
     signature: str | None = Field(None, max_length=128)
 

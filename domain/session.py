@@ -327,9 +327,7 @@ class SessionState(BaseModel):
                 verify=verify,
             )
         )
-        older = len(self.attempts) - MAX_ATTEMPTS_WITH_EVIDENCE
-        for i in range(max(older, 0)):
-            self.attempts[i] = self.attempts[i].compacted()
+        session_bounds.trim_attempts(self, MAX_ATTEMPTS_WITH_EVIDENCE)
         self.updated_at = now
         result = CheckpointResult(
             passed=evaluation.passed,

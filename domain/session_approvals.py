@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from phasegate.domain.errors import ApprovalRefused, SessionError
+from phasegate.domain.limits import is_reserved
 from phasegate.domain.messages import ApprovalDecision, ApprovalRecord, AuditEntry, NotifyRequest
 from phasegate.domain.signing import check_signed_decision
 
@@ -70,7 +71,7 @@ def check_decision(
         )
     if not decision.approver.strip():
         return ApprovalRefused("an approval must name its approver", where="approver")
-    if decision.approver.startswith("phasegate:"):
+    if is_reserved(decision.approver):
         return ApprovalRefused(
             f"{decision.approver!r} is reserved for phasegate's own decisions",
             where="approver",

@@ -45,7 +45,10 @@ __all__ = [
 ]
 
 MAX_REMEMBERED_SUBMISSIONS = 500
-MAX_ATTEMPT_LOG = 500  # attempts of earlier phases, compacted
+MAX_ATTEMPT_LOG = 500  # attempts of earlier phases (and overflow), compacted
+MAX_CURRENT_ATTEMPTS = 200  # attempts of the current phase kept in state
+MAX_NONCES = 5000  # used nonces carried (signatures bind session, phase and message)
+MAX_APPROVALS = 500  # decisions carried when the state must shrink
 MAX_SUPERSEDED = 50
 MAX_RUN_CHAIN = 25
 CARRY_LIMIT_BYTES = 1_200_000  # continue-as-new input, under the dev server's blob limit
@@ -117,6 +120,20 @@ def log_attempts(state: SessionState) -> None:
     state.attempts = []
 
 
+def trim_attempts(state: SessionState, with_evidence: int) -> None:
+    """Bound the current phase's attempts: only the newest ``with_evidence`` keep their
+    evidence, and beyond :data:`MAX_CURRENT_ATTEMPTS` the oldest move (compacted) to the
+    bounded attempt log. A flood of failing submissions never grows the state."""
+    older = len(state.attempts) - with_evidence
+    for i in range(max(older, 0)):
+        state.attempts[i] = state.attempts[i].compacted()
+    overflow = len(state.attempts) - MAX_CURRENT_ATTEMPTS
+    if overflow > 0:
+        state.attempt_log.extend(state.attempts[:overflow])
+        del state.attempts[:overflow]
+        del state.attempt_log[:-MAX_ATTEMPT_LOG]
+
+
 def remember(state: SessionState, submission_id: str | None, result: CheckpointResult) -> None:
     """Keep a result for idempotent repeats (bounded, oldest dropped first); the next
     phase's view is not stored — ``SessionState.repeat`` builds it again from state."""
@@ -169,16 +186,24 @@ def _compact_remembered(state: SessionState) -> None:
 
 def _trim_logs(state: SessionState) -> None:
     del state.attempt_log[:-50]
+    del state.approvals[:-MAX_APPROVALS]
+    del state.used_nonces[:-MAX_NONCES]
     if len(state.audit) > 200:
         del state.audit[_AUDIT_HEAD : len(state.audit) - 200 + _AUDIT_HEAD]
 
 
 def _elide_artifacts(state: SessionState) -> None:
-    """The oldest completed phases' evidence first, until the state fits."""
+    """The oldest completed phases' evidence first, until the state fits (sizes are
+    adjusted per artifact: the whole state is measured once)."""
+    size = len(canonical(state.model_dump(mode="json")))
     for index in sorted(state.artifacts):
-        state.artifacts[index] = elided(state.artifacts[index])
-        if len(canonical(state.model_dump(mode="json"))) <= CARRY_LIMIT_BYTES:
+        if size <= CARRY_LIMIT_BYTES:
             return
+        before = state.artifacts[index]
+        state.artifacts[index] = elided(before)
+        size -= len(canonical(before.model_dump(mode="json"))) - len(
+            canonical(state.artifacts[index].model_dump(mode="json"))
+        )
 
 
 def _strip_all_phases(state: SessionState) -> None:

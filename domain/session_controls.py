@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from phasegate.domain.errors import PhaseSequenceViolation, SessionError, SessionNotActive
+from phasegate.domain.limits import RESERVED_PREFIX, is_reserved
 from phasegate.domain.messages import AuditEntry, ControlRequest
 from phasegate.domain.signing import ApproverKey, check_signed_control
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["RESERVED_ACTOR_PREFIX", "apply_control", "check_control", "control_keys"]
 
 #: Actors phasegate itself records (``phasegate:deadline``); no client may claim one.
-RESERVED_ACTOR_PREFIX = "phasegate:"
+RESERVED_ACTOR_PREFIX = RESERVED_PREFIX
 
 
 def control_keys(state: SessionState) -> list[ApproverKey]:
@@ -57,7 +58,7 @@ def _check_actor(state: SessionState, req: ControlRequest, session_id: str) -> S
             where="actor",
             hint=f"phasegate control {session_id or 'SESSION'} {req.action} --as NAME",
         )
-    if req.actor.startswith(RESERVED_ACTOR_PREFIX):
+    if is_reserved(req.actor):
         return SessionError(
             f"actor {req.actor!r} is reserved for phasegate's own entries",
             where="actor",

@@ -77,7 +77,7 @@ def status_view(state: SessionState) -> SessionView:
         completed_phases=list(state.completed),
         attempts=state.attempt_count,
         last_problems=list(last.problems) if last and not last.passed else [],
-        approvals=list(state.approvals),
+        approvals=state.approvals[-AUDIT_IN_VIEW:],
         awaiting_approval_from=(
             state.allowed_approvers() or ["any approver"] if state.awaiting_approval else []
         ),

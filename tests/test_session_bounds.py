@@ -173,3 +173,51 @@ def test_worst_case_session_still_carries_under_the_limit():
     assert len(canonical(carried)) <= CARRY_LIMIT_BYTES
     revived = SessionState.model_validate(carried)
     assert revived.pending is not None and revived.pending.evidence == evidence
+
+
+def test_a_flood_of_failing_submissions_never_grows_the_state():
+    # Review finding: ~3,600 failing submissions on one phase pushed carry over 2 MB.
+    state = new_state()
+    noisy = {"summary": "x" * 2000, "count": 0}
+    for n in range(4000):
+        submit(state, 0, noisy, sid=f"flood-{n:05d}", now=NOW + timedelta(seconds=n))
+    assert len(state.attempts) <= 200 and len(state.attempt_log) <= 500
+    assert state.attempt_count == 4000 and state.attempts[-1].number == 4000
+    assert len(canonical(state.carry())) <= CARRY_LIMIT_BYTES
+
+
+def test_many_decisions_stay_bounded_in_status_and_carry():
+    state = new_state()
+    for n in range(3000):
+        submit(state, 0, GOOD[0], sid=f"p0-{n}") if state.current.index == 0 else None
+        assert submit(state, 1, GOOD[1]).awaiting_approval
+        reject = ApprovalDecision(
+            phase=1, approver="lead", decision="reject", comment="c" * 500, nonce=f"n{n:020d}"
+        )
+        assert state.check_decision(reject) is None
+        state.record_decision(reject, NOW + timedelta(seconds=n))
+    view = state.status_view()
+    assert len(view.approvals) == 100 and len(view.audit) == 100
+    carried = state.carry()
+    assert len(canonical(carried)) <= CARRY_LIMIT_BYTES
+    revived = SessionState.model_validate(carried)
+    assert revived.approvals[-1].comment == "c" * 500
+
+
+@pytest.mark.parametrize(
+    "actor", ["lead\x1b[2J\nfake line", "\u200bphasegate:deadline", "lead\u202eevil"]
+)
+def test_names_with_control_or_invisible_characters_are_refused(actor):
+    with pytest.raises(ValidationError, match="control or invisible"):
+        ControlRequest(action="pause", actor=actor)
+    with pytest.raises(ValidationError, match="control or invisible"):
+        ApprovalDecision(phase=1, approver=actor, decision="approve")
+
+
+@pytest.mark.parametrize(
+    "actor", [" phasegate:deadline", "PhaseGate:deadline", "phasegate\uff1adeadline"]
+)
+def test_lookalikes_of_phasegates_own_actor_are_refused(actor):
+    state = new_state()
+    problem = state.check_control(ControlRequest(action="pause", actor=actor))
+    assert problem is not None and "reserved" in str(problem)
