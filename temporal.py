@@ -88,6 +88,8 @@ VERIFY_SECONDS_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.
 
 # Something answered but would not talk: TLS (a client certificate) or authentication.
 _TLS_MARKS = ("certificate", "handshake", "tls", "ssl", "alert", "after connection")
+# Temporal's words for a session whose workflow task is failing or not yet scheduled.
+_BUSY_MARKS = ("workflow task in failed state", "workflow task is not scheduled")
 _UNREACHABLE_MARKS = (
     "connecterror",
     "connection refused",
@@ -278,7 +280,15 @@ def phasegate_error(exc: BaseException, settings: Settings | None = None) -> Pha
                 hint="check that a worker is running (`phasegate worker`); under heavy load, "
                 "try again in a moment",
             )
-    return PhasegateError(str(exc) or type(exc).__name__)
+    text = str(exc) or type(exc).__name__
+    if any(mark in text.lower() for mark in _BUSY_MARKS):
+        return SessionError(
+            "the session cannot take this now: its worker has not processed its last message "
+            "yet (or failed to)",
+            hint="try again in a few seconds; if it persists, the worker's log says why "
+            "(`phasegate status SESSION` still answers once it recovers)",
+        )
+    return PhasegateError(text)
 
 
 # ---------------------------------------------------------------- telemetry
