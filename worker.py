@@ -203,6 +203,7 @@ def _main_worker(
         operator_keys=load_approver_keys(settings.operator_keys_file, "PHASEGATE_OPERATOR_KEYS"),
         allow_unsigned_controls=settings.unsigned_controls,
         spec_roots=settings.spec_roots,
+        target_roots=settings.target_roots,
         prefetch=settings.prefetch,
     )
     # Temporal's own consistency check reads the same attribute.

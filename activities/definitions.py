@@ -57,6 +57,10 @@ from phasegate.domain.spec import ParsedSpec
 from phasegate.domain.trust import narrowed_to_nobody, session_keys
 from phasegate.temporal import application_error
 
+_TARGET_HINT = (
+    "pass TARGET (MCP: target) as your project's folder, inside the worker's "
+    "PHASEGATE_TARGET_ROOTS when it sets any"
+)
 _WARM_DELAY_SECONDS = 0.05
 _STAMP_SECONDS = 1.0
 _TASKS_WITH_CONTEXT = 50  # larger phases get context for the phase, not for each task
@@ -89,6 +93,7 @@ class DefinitionActivities:
         operator_keys: list[ApproverKey] | None = None,
         allow_unsigned_controls: bool | None = None,
         prefetch: bool = True,
+        target_roots: list[str] | None = None,
         spec_roots: list[str] | None = None,
         max_spec_bytes: int = SPEC_LIMIT,
         max_phase_bytes: int = PHASE_LIMIT,
@@ -102,6 +107,7 @@ class DefinitionActivities:
         self.deployment_keys = list(approver_keys or [])
         self.operator_keys = list(operator_keys or [])
         self.prefetch = prefetch
+        self.target_roots = list(target_roots or [])
         self.retriever = retriever
         self.context_tokens = context_tokens
         self.context_k = context_k
@@ -230,6 +236,7 @@ class DefinitionActivities:
     # ---- plain methods (also used by the CLI and tests) ------------------
 
     def plan(self, req: LoadSessionRequest) -> SessionPlan:
+        self._check_target(req.target)
         wf = find_workflow(req.workflow_type, self.library_paths)
         meta = wf.metadata
         static_count = len(meta.static_phases)
@@ -249,6 +256,7 @@ class DefinitionActivities:
                     else f"start it with --option {key}=PATH naming the spec's tasks.md or folder",
                 )
             spec, spec_source = load_spec(self.snapshots, str(raw), req.target, self.spec_roots)
+            self._check_not_library(spec_source)
             snapshot_id = spec.sha256
             total = static_count + len(spec.phases)
         if total == 0:
@@ -282,6 +290,37 @@ class DefinitionActivities:
             unsigned_controls=self.allow_unsigned_controls,
             prefetch=self.prefetch,
         )
+
+    def _check_target(self, target: str) -> None:
+        """A target is a project folder: never the file system's root, and inside the
+        worker's ``target_roots`` when it names any (its checks and spec live there)."""
+        if not target:
+            return
+        real = os.path.realpath(target)
+        if real == os.path.sep:
+            raise DefinitionError(
+                "the target is the file system's root", where=target, hint=_TARGET_HINT
+            )
+        roots = [os.path.realpath(r) for r in self.target_roots]
+        if roots and not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            raise DefinitionError(
+                f"the target {target} is outside the folders this worker serves "
+                f"({', '.join(self.target_roots)})",
+                where=target,
+                hint=_TARGET_HINT,
+            )
+
+    def _check_not_library(self, spec_source: str) -> None:
+        """A spec is a project's tasks.md, never a file of the workflow library: read as a
+        spec, a library file would serve a later phase's text as the current one."""
+        for lib in self.library_paths:
+            root = os.path.realpath(lib).rstrip("/") + "/"
+            if spec_source.startswith(root):
+                raise DefinitionError(
+                    "the spec is a file of the workflow library, not a project's tasks.md",
+                    where=spec_source,
+                    hint="pass --spec (MCP: spec_path) with your project's tasks.md",
+                )
 
     def _check_approvable(
         self,

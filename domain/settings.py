@@ -56,6 +56,12 @@ class Settings(BaseModel):
         description="Folders besides a session's target that a spec_path may point into "
         "(PHASEGATE_SPEC_ROOTS, os.pathsep-separated).",
     )
+    target_roots: list[str] = Field(
+        default_factory=list,
+        description="When set, a session's target must be a folder inside one of these "
+        "(PHASEGATE_TARGET_ROOTS, os.pathsep-separated); sealed deployments set the "
+        "workspace, so a session cannot point its checks or its spec elsewhere.",
+    )
     ui_port: int = Field(8233, description="Dev-server Web UI port (PHASEGATE_UI_PORT).")
     ui_url: str | None = Field(
         None,
@@ -162,6 +168,7 @@ class Settings(BaseModel):
             ui_url=env.get("PHASEGATE_UI_URL") or None,
             standards_dirs=[p for p in env.get("PHASEGATE_STANDARDS", "").split(pathsep) if p],
             spec_roots=[p for p in env.get("PHASEGATE_SPEC_ROOTS", "").split(pathsep) if p],
+            target_roots=[p for p in env.get("PHASEGATE_TARGET_ROOTS", "").split(pathsep) if p],
             context_tokens=int(env.get("PHASEGATE_CONTEXT_TOKENS") or 1200),
             approver_keys_file=env.get("PHASEGATE_APPROVER_KEYS") or None,
             allow_unsigned_approvals=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_APPROVALS")) is True,
