@@ -20,13 +20,13 @@ from typing import Any
 from temporalio import activity
 
 from phasegate.activities._phase_render import (
-    phase_context,
     render_static_phase,
     task_context,
 )
 from phasegate.activities._spec_input import (
     PHASE_LIMIT,
     check_phase_size,
+    dynamic_context,
     dynamic_gate,
     load_spec,
     spec_roots,
@@ -436,18 +436,8 @@ class DefinitionActivities:
         cfg = wf.metadata.dynamic_config
         assert cfg is not None
         sp = spec.phases[spec_index]
-        tasks = [{**t.model_dump(), "number": k} for k, t in enumerate(sp.tasks, start=1)]
-        phase_ctx = {
-            "number": index,
-            "label": str(sp.number),
-            "name": sp.name,
-            "description": sp.description,
-            "estimated_duration": sp.estimated_duration,
-            "tasks": tasks,
-            "validation_gate": list(sp.validation_gate),
-        }
-        ctx = phase_context(session, phase_ctx, index)
-        ctx["spec"] = {"title": spec.title, "source": spec.source}
+        base = load_gate_file(wf.path / "phases" / "dynamic" / "gate-definition.yaml")
+        ctx = dynamic_context(session, spec, index, spec_index, base)
         content = self.renderer.render(wf.path / cfg.templates["phase"], ctx)
         task_tpl = wf.path / cfg.templates["task"]
         rendered = [
@@ -459,9 +449,8 @@ class DefinitionActivities:
                 status=t["status"],
                 optional=t["optional"],
             )
-            for t in tasks
+            for t in ctx["phase"]["tasks"]
         ]
-        base = load_gate_file(wf.path / "phases" / "dynamic" / "gate-definition.yaml")
         return PhaseDefinition(
             example_evidence=example_evidence(content),
             index=index,

@@ -72,6 +72,8 @@ def _worker_process(env_client, settings, tmp_path: Path) -> subprocess.Popen[st
         "PHASEGATE_TASK_QUEUE": settings.task_queue,
         "PHASEGATE_LIBRARY": str(FIXTURE_LIBRARY),
         "PHASEGATE_HOME": settings.home,
+        # mini_v1 has an approval gate: name-only approvals, as the test's settings say
+        "PHASEGATE_ALLOW_UNSIGNED_APPROVALS": "1" if settings.allow_unsigned_approvals else "0",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "phasegate.worker"],

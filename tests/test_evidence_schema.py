@@ -179,12 +179,6 @@ def test_every_static_phase_shows_an_example_that_passes(tmp_path: Path, workflo
     assert problems == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs activities/definitions.py to render a dynamic phase with "
-    "_spec_input.dynamic_context (which gives the template phase.validation_items); "
-    "remove this marker with that change",
-)
 def test_every_dynamic_phase_shows_an_example_that_passes(tmp_path: Path) -> None:
     """Over every real spec: the example confirms each Validation Gate item by the field
     name the gate uses, lists every required task, and passes a phase without tasks."""
