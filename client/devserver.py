@@ -33,6 +33,7 @@ from phasegate.domain.settings import SEARCH_ATTRIBUTES
 __all__ = [
     "BLOB_SIZE_ERROR_BYTES",
     "BLOB_SIZE_WARN_BYTES",
+    "MAX_SIGNALS_PER_RUN",
     "DatabaseInUse",
     "DevServer",
     "choose_port",
@@ -45,12 +46,16 @@ __all__ = [
     "write_dev_file",
 ]
 
-# Below Temporal's default error limit (2 MiB). Evidence is capped at 1 MiB
-# (domain.messages.MAX_EVIDENCE_BYTES_LIMIT), so a bigger message is never legitimate:
+# Below Temporal's default error limit (2 MiB). Evidence is capped at 512 KiB
+# (domain.limits.MAX_EVIDENCE_BYTES_LIMIT), so a bigger message is never legitimate:
 # the server refuses such a signal or start outright instead of writing it to the
 # session's history, where every replay would read it again.
 BLOB_SIZE_ERROR_BYTES = 1536 * 1024
 BLOB_SIZE_WARN_BYTES = 512 * 1024
+# phasegate sends no signals (the checkpoint signal is retired), so a run's history only
+# ever holds signals someone else sent: at most this many, far under the 50 MB history
+# limit even at the blob limit each (a flood of big signals terminated sessions).
+MAX_SIGNALS_PER_RUN = 20
 
 
 def temporal_binary() -> str:
@@ -117,6 +122,8 @@ def dynamic_config_args() -> list[str]:
         f"limit.blobSize.error={BLOB_SIZE_ERROR_BYTES}",
         "--dynamic-config-value",
         f"limit.blobSize.warn={BLOB_SIZE_WARN_BYTES}",
+        "--dynamic-config-value",
+        f"history.maximumSignalsPerExecution={MAX_SIGNALS_PER_RUN}",
     ]
 
 

@@ -71,3 +71,34 @@ async def test_oversized_messages_stay_out_of_history(env, settings_for, run_wor
         status = await pg.status(sid)
         assert status.current_phase == 0 and status.attempts == 0
         assert (await pg.submit(sid, 0, {"done": True})).passed
+
+
+async def test_a_flood_of_big_signals_cannot_kill_a_session(
+    env, settings_for, run_worker, tmp_path
+):
+    # Review finding: 37 signals of 1.45 MB filled 53 MB of history and the server
+    # terminated the session. The dev server takes at most MAX_SIGNALS_PER_RUN a run.
+    import asyncio
+
+    from phasegate.client.devserver import MAX_SIGNALS_PER_RUN
+
+    lib = write_library(tmp_path / "lib", "flood_v1", 2, {})
+    settings = settings_for(lib)
+    async with run_worker(settings):
+        pg = PhasegateClient(env.client, settings.task_queue)
+        sid = await pg.start("flood_v1", str(tmp_path))
+        blob = {"b": "x" * 1_400_000}
+
+        async def one(n: int) -> bool:
+            try:
+                await pg.handle(sid).signal(f"noise_{n}", blob)
+                return True
+            except RPCError:
+                return False
+
+        landed = sum(await asyncio.gather(*(one(n) for n in range(MAX_SIGNALS_PER_RUN + 15))))
+        assert landed <= MAX_SIGNALS_PER_RUN + 1  # a continue-as-new may open a new run
+        status = await pg.status(sid)  # still answering, still running
+        assert status.status == "active"
+        desc = await pg.handle(sid).describe()
+        assert desc.status is not None and desc.status.name in ("RUNNING", "CONTINUED_AS_NEW")

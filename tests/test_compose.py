@@ -41,7 +41,11 @@ from compose_helpers import (
     shell_script,
 )
 
-from phasegate.client.devserver import BLOB_SIZE_ERROR_BYTES, BLOB_SIZE_WARN_BYTES
+from phasegate.client.devserver import (
+    BLOB_SIZE_ERROR_BYTES,
+    BLOB_SIZE_WARN_BYTES,
+    MAX_SIGNALS_PER_RUN,
+)
 from phasegate.domain.settings import SEARCH_ATTRIBUTES, TASK_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,6 +239,7 @@ def test_dynamic_config_sets_the_dev_servers_limits() -> None:
     ), "each key holds a list of {value, constraints}"
     assert config["limit.blobSize.error"] == [{"value": BLOB_SIZE_ERROR_BYTES}]
     assert config["limit.blobSize.warn"] == [{"value": BLOB_SIZE_WARN_BYTES}]
+    assert config["history.maximumSignalsPerExecution"] == [{"value": MAX_SIGNALS_PER_RUN}]
     assert config["frontend.enableUpdateWorkflowExecution"] == [{"value": True}]
 
 
