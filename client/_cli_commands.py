@@ -126,11 +126,13 @@ async def start(ctx: _Ctx) -> int:
             spec_roots=ctx.settings.spec_roots,
         )
     pg = await ctx.client()
-    sid = await pg.start(
-        a.workflow_type, target, options=options, session_id=a.id, wait=not a.no_wait
-    )
-    view = None if a.no_wait else await pg.status(sid)
-    url = render.ui_url(ctx.settings.ui_port, ctx.settings.namespace, sid)
+    sid = a.id or f"{a.workflow_type}-{uuid.uuid4().hex[:10]}"
+    await pg.start(a.workflow_type, target, options=options, session_id=sid, wait=False)
+    view = None
+    if not a.no_wait:  # says so when no worker polls, instead of a silent minute
+        printer = progress.printer_for(True)
+        view = await progress.wait_with_progress(pg, sid, pg.wait_started(sid), printer=printer)
+    url = render.ui_url(ctx.settings.web_ui_url, ctx.settings.namespace, sid)
     if a.json:
         data: dict[str, Any] = {"session_id": sid, "status": view.status if view else "starting"}
         if view:

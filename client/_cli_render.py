@@ -71,8 +71,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "
     return "\n".join(lines)
 
 
-def ui_url(ui_port: int, namespace: str, session_id: str) -> str:
-    return f"http://localhost:{ui_port}/namespaces/{namespace}/workflows/{session_id}"
+def ui_url(base: str, namespace: str, session_id: str) -> str:
+    """The session's page in the Temporal Web UI at ``base`` (``Settings.web_ui_url``)."""
+    return f"{base.rstrip('/')}/namespaces/{namespace}/workflows/{session_id}"
 
 
 def _plural(n: int, word: str) -> str:
