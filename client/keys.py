@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -336,8 +337,12 @@ def sign_decision(
     decision: str,
     comment: str = "",
     directory: Path | None = None,
+    binding: Mapping[str, str] | None = None,
 ) -> tuple[str, str]:
     """Sign an approval decision as approver ``name`` with their private key.
+
+    Pass ``binding=status.approval_binding`` (the session's ``status``): sessions that
+    show one accept only decisions that sign the evidence awaiting approval with it.
 
     Args:
         name: The key's name, which is the approver name the decision is sent with.
@@ -363,6 +368,7 @@ def sign_decision(
             nonce=nonce,
             approver=name,
             comment=comment,
+            binding=binding,
         )
     except (ValueError, TypeError) as err:
         raise PhasegateError(

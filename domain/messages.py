@@ -469,6 +469,7 @@ class SessionView(BaseModel):
     last_signal_error: str | None = None
     started_at: datetime | None = None
     updated_at: datetime | None = None
+    approval_binding: dict[str, str] | None = None  # what a signed decision binds (v2)
     run_chain: list[str] = Field(
         default_factory=list,
         description="Run ids of this session, first to current (continue-as-new links them). "

@@ -126,6 +126,7 @@ class SessionState(BaseModel):
     run_chain: list[str] = Field(
         default_factory=list, description="Run ids of this session, first to current (bounded)."
     )
+    signs_evidence: bool = False  # approvals are version 2 (bind evidence and first run)
     used_nonces: list[str] = Field(
         default_factory=list, description="Nonces of accepted decisions (replays are refused)."
     )

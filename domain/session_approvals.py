@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEADLINE_ACTOR",
     "ApprovalExpiry",
+    "approval_binding",
     "check_decision",
     "expire_approval",
     "record_decision",
@@ -103,10 +104,22 @@ def check_decision(
             nonce=decision.nonce,
             signature=decision.signature,
             used_nonces=frozenset(state.used_nonces),
+            binding=approval_binding(state),
         )
         if reason is not None:
             return ApprovalRefused(reason, where="signature")
     return None
+
+
+def approval_binding(state: SessionState) -> dict[str, str] | None:
+    """What a version-2 signed decision binds besides the decision itself: the evidence
+    awaiting approval and the session's first run (None for sessions from before)."""
+    if not state.signs_evidence or not state.awaiting_approval or state.pending is None:
+        return None
+    return {
+        "evidence_sha256": state.pending.evidence_sha256 or "",
+        "first_run_id": state.run_chain[0] if state.run_chain else "",
+    }
 
 
 def record_decision(state: SessionState, decision: ApprovalDecision, now: datetime) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
+from phasegate.domain import session_approvals
 from phasegate.domain.errors import SessionError
 from phasegate.domain.evidence_schema import field_json_schema, gate_json_schema
 from phasegate.domain.messages import (
@@ -97,6 +98,7 @@ def status_view(state: SessionState) -> SessionView:
         started_at=state.started_at,
         updated_at=state.updated_at,
         run_chain=list(state.run_chain),
+        approval_binding=session_approvals.approval_binding(state),
     )
 
 

@@ -18,7 +18,10 @@ where JSON is the UTF-8 encoding of an object with exactly the keys
 ``session_id``, keys sorted, no whitespace, non-ASCII characters written as
 themselves. For these value types that is the RFC 8785 (JCS) form, so a client
 in any language can reproduce it. Keys and signatures travel as standard base64
-without newlines.
+without newlines. Sessions started since approvals bind their evidence require
+version 2: ``b"phasegate-approval-v2\\n"`` + the same JSON with two more keys,
+``evidence_sha256`` (of the evidence awaiting approval) and ``first_run_id`` (the
+session's first run), both as ``status`` shows them in ``approval_binding``.
 
 A control (:func:`canonical_control_message`) signs::
 
@@ -45,6 +48,7 @@ import binascii
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Final
 
 from cryptography.exceptions import InvalidSignature
@@ -56,6 +60,7 @@ __all__ = [
     "CONTROL_PREFIX",
     "DECISIONS",
     "MESSAGE_PREFIX",
+    "MESSAGE_PREFIX_V2",
     "NONCE_PATTERN",
     "UNSIGNED_REASON",
     "ApproverKey",
@@ -70,6 +75,7 @@ __all__ = [
 ]
 
 MESSAGE_PREFIX: Final = b"phasegate-approval-v1\n"
+MESSAGE_PREFIX_V2: Final = b"phasegate-approval-v2\n"  # binds evidence and first run too
 CONTROL_PREFIX: Final = b"phasegate-control-v1\n"
 DECISIONS: Final = ("approve", "reject")
 CONTROL_ACTIONS: Final = ("pause", "resume", "retry_phase", "rollback", "abandon")
@@ -164,8 +170,14 @@ def canonical_message(
     nonce: str,
     approver: str,
     comment: str = "",
+    binding: Mapping[str, str] | None = None,
 ) -> bytes:
     """The exact bytes an approver signs for one decision (see the module docstring).
+
+    With ``binding`` (``{"evidence_sha256", "first_run_id"}``, what ``status`` shows as
+    ``approval_binding``) the message is version 2 (:data:`MESSAGE_PREFIX_V2`): it also
+    binds the evidence being approved and the session's first run, so a captured decision
+    cannot approve other evidence after a reset, nor a session restarted under its id.
 
     Args:
         session_id: The session's workflow id.
@@ -195,20 +207,22 @@ def canonical_message(
     ):
         if not isinstance(value, str):
             raise TypeError(f"{field} must be a string, got {type(value).__name__}")
+    fields: dict[str, object] = {
+        "approver": approver,
+        "comment_sha256": hashlib.sha256(comment.encode("utf-8")).hexdigest(),
+        "decision": decision,
+        "nonce": nonce,
+        "phase": phase,
+        "session_id": session_id,
+    }
+    if binding is not None:
+        fields["evidence_sha256"] = str(binding.get("evidence_sha256", ""))
+        fields["first_run_id"] = str(binding.get("first_run_id", ""))
     try:
-        body = _canonical_json(
-            {
-                "approver": approver,
-                "comment_sha256": hashlib.sha256(comment.encode("utf-8")).hexdigest(),
-                "decision": decision,
-                "nonce": nonce,
-                "phase": phase,
-                "session_id": session_id,
-            }
-        )
+        body = _canonical_json(fields)
     except UnicodeEncodeError as err:
         raise ValueError(f"approval fields must be valid Unicode text: {err}") from None
-    return MESSAGE_PREFIX + body
+    return (MESSAGE_PREFIX if binding is None else MESSAGE_PREFIX_V2) + body
 
 
 def _canonical_json(fields: dict[str, object]) -> bytes:
@@ -351,8 +365,10 @@ def check_signed_decision(
     nonce: str | None,
     signature: str | None,
     used_nonces: set[str] | frozenset[str],
+    binding: Mapping[str, str] | None = None,
 ) -> str | None:
-    """Check one signed approval decision; never raises.
+    """Check one signed approval decision; never raises. ``binding``: see
+    :func:`canonical_message` (sessions that require version 2 pass theirs).
 
     The approver may have several keys (rotation): a signature by any key named
     ``approver`` is accepted. Checks run in this order, and the first failure is
@@ -390,6 +406,7 @@ def check_signed_decision(
             nonce=nonce,
             approver=approver,
             comment=comment,
+            binding=binding,
         )
     except (ValueError, TypeError):
         message = None

@@ -134,8 +134,16 @@ async def walk(pg: PhasegateClient, ui_url: str | None, key_dir: Path) -> str:
 
     step("The lead approves the plan with a signed decision (phasegate approve --as lead)")
     comment = "plan looks right"
+    binding = (await pg.status(sid)).approval_binding  # the evidence the lead approves
+    say(f"signing for evidence sha256:{(binding or {}).get('evidence_sha256', '')[:16]}…")
     nonce, signature = keys.sign_decision(
-        "lead", session_id=sid, phase=0, decision="approve", comment=comment, directory=key_dir
+        "lead",
+        session_id=sid,
+        phase=0,
+        decision="approve",
+        comment=comment,
+        directory=key_dir,
+        binding=binding,
     )
     status = await pg.decide(
         sid, approver="lead", decision="approve", comment=comment, nonce=nonce, signature=signature

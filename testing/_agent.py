@@ -68,6 +68,7 @@ def signed_approver(
     directory = Path(key_dir) if key_dir is not None else None
 
     async def approve(client: PhasegateClient, session_id: str, phase: int) -> SessionView:
+        status = await client.status(session_id)  # what the approver sees and signs
         nonce, signature = keys.sign_decision(
             name,
             session_id=session_id,
@@ -75,6 +76,7 @@ def signed_approver(
             decision="approve",
             comment=comment,
             directory=directory,
+            binding=status.approval_binding,
         )
         return await client.decide(
             session_id,

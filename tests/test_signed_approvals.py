@@ -38,9 +38,16 @@ async def test_only_valid_signatures_pass(session_env, tmp_path, keydir):
     sid = await pg.start("mini_v1", str(tmp_path), options=options)
     other = await pg.start("mini_v1", str(tmp_path), options=options)
     await _awaiting(pg, sid)
+    binding = (await pg.status(sid)).approval_binding
+    assert binding and binding["evidence_sha256"] and binding["first_run_id"]
 
     def signed(
-        name: str, session: str = sid, phase: int = 1, decision: str = "approve", comment=""
+        name: str,
+        session: str = sid,
+        phase: int = 1,
+        decision: str = "approve",
+        comment="",
+        bind: dict | None = binding,
     ):
         nonce, sig = keys.sign_decision(
             name,
@@ -49,6 +56,7 @@ async def test_only_valid_signatures_pass(session_env, tmp_path, keydir):
             decision=decision,
             comment=comment,
             directory=keydir,
+            binding=bind,
         )
         return {"nonce": nonce, "signature": sig}
 
@@ -68,6 +76,9 @@ async def test_only_valid_signatures_pass(session_env, tmp_path, keydir):
     await refused("does not match", **signed("alice", phase=0))  # another phase
     await refused("does not match", decision="reject", **signed("alice"))  # another decision
     await refused("does not match", comment="swapped", **signed("alice", comment="orig"))
+    await refused("does not match", **signed("alice", bind=None))  # version 1: no evidence
+    other_evidence = {**binding, "evidence_sha256": "0" * 64}
+    await refused("does not match", **signed("alice", bind=other_evidence))
 
     good = signed("alice", comment="ship it")
     view = await pg.decide(
@@ -89,7 +100,12 @@ async def test_unknown_key_of_an_allowed_name(session_env, tmp_path, keydir):
     sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[bob]))
     await _awaiting(pg, sid)
     nonce, sig = keys.sign_decision(
-        "alice", session_id=sid, phase=1, decision="approve", directory=keydir
+        "alice",
+        session_id=sid,
+        phase=1,
+        decision="approve",
+        directory=keydir,
+        binding=(await pg.status(sid)).approval_binding,
     )
     with pytest.raises(ApprovalRefused) as err:
         await pg.decide(
@@ -108,7 +124,13 @@ async def test_replayed_nonce_refused_across_continue_as_new(session_env, tmp_pa
     )
     await _awaiting(pg, sid)
     nonce, sig = keys.sign_decision(
-        "alice", session_id=sid, phase=1, decision="reject", comment="redo", directory=keydir
+        "alice",
+        session_id=sid,
+        phase=1,
+        decision="reject",
+        comment="redo",
+        directory=keydir,
+        binding=(await pg.status(sid)).approval_binding,
     )
     await pg.decide(
         sid,
@@ -122,7 +144,9 @@ async def test_replayed_nonce_refused_across_continue_as_new(session_env, tmp_pa
     run_with_nonce = (await pg.handle(sid).describe()).run_id  # the nonce is recorded here
     for i in range(3):  # grow history: continue-as-new happens
         await pg.submit(sid, 1, {"plan": ""}, submission_id=f"bad-{i}")
-    assert (await pg.submit(sid, 1, {"plan": "plan two"})).awaiting_approval
+    # The same evidence again, so the signature itself still matches: only the nonce,
+    # remembered across continue-as-new, refuses the replay.
+    assert (await pg.submit(sid, 1, {"plan": "the plan"})).awaiting_approval
     assert (await pg.handle(sid).describe()).run_id != run_with_nonce
     with pytest.raises(ApprovalRefused) as err:  # the old signed reject, replayed
         await pg.decide(
@@ -211,7 +235,12 @@ async def test_deployment_keys_cannot_be_replaced_by_the_starter(
         )
         await _awaiting(pg, sid)
         nonce, sig = keys.sign_decision(
-            "alice", session_id=sid, phase=1, decision="approve", directory=agent_dir
+            "alice",
+            session_id=sid,
+            phase=1,
+            decision="approve",
+            directory=agent_dir,
+            binding=(await pg.status(sid)).approval_binding,
         )
         with pytest.raises(ApprovalRefused) as err:
             await pg.decide(
@@ -219,7 +248,12 @@ async def test_deployment_keys_cannot_be_replaced_by_the_starter(
             )
         assert "does not match" in str(err.value)
         nonce, sig = keys.sign_decision(
-            "alice", session_id=sid, phase=1, decision="approve", directory=keydir
+            "alice",
+            session_id=sid,
+            phase=1,
+            decision="approve",
+            directory=keydir,
+            binding=(await pg.status(sid)).approval_binding,
         )
         view = await pg.decide(
             sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
@@ -259,7 +293,12 @@ async def test_default_deployment_refuses_name_only_approvals(
         signed_sid = await pg.start("mini_v1", str(tmp_path))
         await _awaiting(pg, signed_sid)
         nonce, sig = keys.sign_decision(
-            "alice", session_id=signed_sid, phase=1, decision="approve", directory=keydir
+            "alice",
+            session_id=signed_sid,
+            phase=1,
+            decision="approve",
+            directory=keydir,
+            binding=(await pg.status(signed_sid)).approval_binding,
         )
         view = await pg.decide(
             signed_sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
@@ -274,3 +313,27 @@ async def test_approvers_naming_nobody_the_gate_allows_are_refused_at_start(sess
     assert "names nobody this phase's gate allows (alice)" in str(err.value)
     sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approvers=["alice"]))
     assert (await pg.status(sid)).status == "active"
+
+
+async def test_a_captured_approval_cannot_approve_other_evidence(session_env, tmp_path, keydir):
+    # Review finding (level 2): the agent reads alice's signed approval from history,
+    # terminates the session, starts it again under the same id with other evidence and
+    # replays the decision. Version 2 binds the evidence and the first run: refused.
+    pg, _ = session_env
+    alice = keys.new_key("alice", directory=keydir)
+    options = SessionOptions(approver_keys=[alice])
+    sid = await pg.start("mini_v1", str(tmp_path), options=options)
+    await _awaiting(pg, sid)
+    binding = (await pg.status(sid)).approval_binding
+    nonce, sig = keys.sign_decision(
+        "alice", session_id=sid, phase=1, decision="approve", directory=keydir, binding=binding
+    )
+    await pg.handle(sid).terminate("the agent restarts the session")
+    await pg.start("mini_v1", str(tmp_path), options=options, session_id=sid)
+    assert (await pg.submit(sid, 0, GOOD_0)).passed
+    assert (await pg.submit(sid, 1, {"plan": "rm -rf, never reviewed"})).awaiting_approval
+    with pytest.raises(ApprovalRefused, match="does not match"):
+        await pg.decide(
+            sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
+        )
+    assert (await pg.status(sid)).status == "awaiting_approval"

@@ -129,6 +129,7 @@ class GatedSession:
                 unsigned_approvals=plan.unsigned_approvals,
                 operator_keys=plan.operator_keys,
                 unsigned_controls=plan.unsigned_controls,
+                signs_evidence=workflow.patched("approvals-sign-evidence"),
             )
             self._state.note_run(workflow.info().run_id)
         self._publish()

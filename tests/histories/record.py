@@ -112,7 +112,12 @@ async def main() -> None:
                 with contextlib.suppress(PhasegateError):
                     await pg.decide(sid, approver="alice", decision="approve")
                 nonce, sig = keys.sign_decision(
-                    "alice", session_id=sid, phase=1, decision="approve", directory=keydir
+                    "alice",
+                    session_id=sid,
+                    phase=1,
+                    decision="approve",
+                    directory=keydir,
+                    binding=(await pg.status(sid)).approval_binding,
                 )
                 await pg.decide(
                     sid, approver="alice", decision="approve", nonce=nonce, signature=sig
