@@ -164,7 +164,7 @@ def render_status(session_id: str, view: SessionView) -> str:
         note = f": {a.comment}" if a.comment else ""
         lines.append(f"{verb} phase {a.phase} by {a.approver}{note}")
     if view.last_signal_error:
-        lines.append(f"last signalled checkpoint failed: {view.last_signal_error}")
+        lines.append(f"a checkpoint sent without waiting was refused: {view.last_signal_error}")
     lines += _audit(session_id, view)
     if len(view.run_chain) > 1:
         lines.append(f"runs (continue-as-new): {len(view.run_chain)}, first {view.run_chain[0]}")

@@ -269,7 +269,7 @@ async def test_server_runs_in_foreground(offline, tmp_path):
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    assert proc.returncode == 0
+    assert proc.returncode in (0, 130), out.decode()  # stopped by Ctrl-C (as test_dev_mode)
     assert f"127.0.0.1:{port}" in out.decode() and (tmp_path / "temporal.db").exists()
 
 
