@@ -17,7 +17,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from phasegate.client import _cli_progress as progress
 from phasegate.client import _cli_render as render
@@ -236,13 +236,25 @@ async def decide(ctx: _Ctx) -> int:
     a = ctx.args
     name = _approver(a.as_name)
     pg = await ctx.client()
-    phase = a.phase if a.phase is not None else (await pg.status(a.session_id)).current_phase
+    status = await pg.status(a.session_id)
+    phase = a.phase if a.phase is not None else status.current_phase
     nonce = signature = None
     if (keys.keys_dir(None) / f"{name}.key").is_file():
         # Holding the approver's private key: sign the decision (session, phase, decision,
-        # comment, fresh nonce). Sessions with signed approvers accept nothing else.
+        # comment, fresh nonce, and the evidence it approves). Sessions with signed
+        # approvers accept nothing else.
+        binding = status.approval_binding
+        if binding:
+            echo_err(
+                f"signing for evidence sha256:{binding['evidence_sha256'][:16]}… of phase {phase}"
+            )
         nonce, signature = keys.sign_decision(
-            name, session_id=a.session_id, phase=phase, decision=a.decision, comment=a.comment or ""
+            name,
+            session_id=a.session_id,
+            phase=phase,
+            decision=a.decision,
+            comment=a.comment or "",
+            binding=binding,
         )
     view = await pg.decide(
         a.session_id,
@@ -386,18 +398,6 @@ def remote(handler: Callable[[_Ctx], Awaitable[int]]) -> Callable[..., int]:
 
 
 # ---------------------------------------------------------------- commands without Temporal
-
-
-def server(args: argparse.Namespace, settings: Settings) -> NoReturn:
-    from phasegate.client.devserver import server_command
-
-    db = _abspath(args.db or str(Path(settings.home) / "temporal.db"))
-    ui_port = None if args.headless else (args.ui_port or settings.ui_port)
-    cmd = server_command(port=args.port, ui_port=ui_port, db=db)
-    echo(f"web UI: http://localhost:{ui_port}" if ui_port else "web UI: off (--headless)")
-    echo(f"phasegate: Temporal dev server on 127.0.0.1:{args.port}, data in {db}")
-    echo("Ctrl-C stops it; in another terminal run `phasegate worker`")
-    os.execv(cmd[0], cmd)  # the server owns the terminal: Ctrl-C and SIGTERM reach it directly
 
 
 def spec_parse(args: argparse.Namespace, settings: Settings) -> int:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NoReturn
 
 from phasegate.client import _cli_commands as cmd
+from phasegate.client import _cli_dev as dev
 from phasegate.client import _cli_extra as extra
 from phasegate.client._cli_commands import EXIT_ERROR, EXIT_GATE_FAILED, EXIT_OK, EXIT_REFUSED
 from phasegate.domain.errors import PhasegateError
@@ -80,12 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     sid = _Parser(add_help=False)
     sid.add_argument("session_id", metavar="ID", help="session (workflow) id")
 
+    s = sub.add_parser("dev", help="Temporal dev server + worker in one terminal (Ctrl-C stops)")
+    _server_options(s)
+    s.add_argument(
+        "--approver-key",
+        action="append",
+        default=[],
+        metavar="NAME[=PUBKEY]",
+        help="the worker accepts approvals signed by this key (repeatable; your key NAME "
+        "from `phasegate keys new NAME`), besides PHASEGATE_APPROVER_KEYS",
+    )
+    s.set_defaults(func=dev.dev)
     s = sub.add_parser("server", help="run the Temporal dev server in the foreground")
-    s.add_argument("--port", type=int, default=7233)
-    s.add_argument("--ui-port", type=int, help="Web UI port (default 8233 or PHASEGATE_UI_PORT)")
-    s.add_argument("--db", help="SQLite file (default <home>/temporal.db)")
-    s.add_argument("--headless", action="store_true", help="no Web UI")
-    s.set_defaults(func=cmd.server)
+    _server_options(s)
+    s.set_defaults(func=dev.server)
     s = sub.add_parser("worker", help="run the phasegate worker (sessions and verify checks)")
     s.add_argument(
         "--metrics-port",
@@ -154,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
         "phase in history; advances are slower)",
     )
     s.add_argument("--no-wait", action="store_true", help="do not wait for the definition")
+    s.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip the local checks of TARGET, --spec and WORKFLOW_TYPE (when the worker "
+        "sees other paths or another library than this machine)",
+    )
     s.set_defaults(func=cmd.remote(cmd.start))
 
     sub.add_parser("status", parents=[js, sid], help="progress of a session").set_defaults(
@@ -178,6 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="evidence field (repeatable; JSON values, else strings)",
     )
     s.add_argument("--id", help="submission id: a repeat returns the first result")
+    s.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="give up waiting after SECONDS (default: wait for the answer)",
+    )
+    s.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="print no progress on stderr (no worker polling, verify checks running)",
+    )
     s.set_defaults(func=cmd.remote(cmd.submit))
 
     for name, required in (("approve", False), ("reject", True)):
@@ -208,7 +234,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--status", help="e.g. active, awaiting_approval, completed")
     s.add_argument("--workflow", help="workflow type")
     s.add_argument("--limit", type=int, default=50)
+    s.add_argument(
+        "--failed",
+        action="store_true",
+        help="only sessions that failed to start, with why (remove them: phasegate sessions prune)",
+    )
     s.set_defaults(func=cmd.remote(cmd.list_sessions))
+
+    sessions = sub.add_parser("sessions", help="housekeeping of sessions")
+    sessions_sub = sessions.add_subparsers(
+        dest="sessions_command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+    s = sessions_sub.add_parser(
+        "prune",
+        parents=[js],
+        help="delete sessions that failed to start (lists them without --yes)",
+    )
+    s.add_argument("--yes", action="store_true", help="delete them (no prompt)")
+    s.add_argument("--workflow", help="only sessions of this workflow type")
+    s.add_argument(
+        "--older-than", metavar="AGE", help="only those started before AGE ago (30m, 12h, 7d)"
+    )
+    s.add_argument("--limit", type=int, default=500, help="most to delete at once (default 500)")
+    s.set_defaults(func=cmd.remote(cmd.sessions_prune))
 
     s = sub.add_parser("watch", parents=[js, sid], help="follow a session's progress")
     s.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
@@ -267,6 +315,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=extra.mcp, temporal=True)
     return p
+
+
+def _server_options(s: argparse.ArgumentParser) -> None:
+    """Flags of ``dev`` and ``server``."""
+    s.add_argument("--port", type=int, help="Temporal port (default 7233 if free, else any)")
+    s.add_argument(
+        "--ui-port", type=int, help="Web UI port (default PHASEGATE_UI_PORT or 8233 if free)"
+    )
+    s.add_argument("--db", help="SQLite file (default <home>/temporal.db; one server per file)")
+    s.add_argument("--headless", action="store_true", help="no Web UI")
+    s.add_argument(
+        "--log-level",
+        default="error",
+        choices=["debug", "info", "warn", "error"],
+        help="server log level (default error; the log is <home>/temporal.log)",
+    )
 
 
 def _bounded(name: str, low: int, high: int) -> Callable[[str], int]:
