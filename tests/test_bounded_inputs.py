@@ -262,7 +262,10 @@ def test_a_700_task_phase_is_refused_when_rendered(tmp_path):
     target = _target(tmp_path)
     (target / "tasks.md").write_text(_issue_spec(700))
     assert (target / "tasks.md").stat().st_size < 30 * 1024
-    acts = DefinitionActivities([str(SHIPPED)], str(tmp_path / "home"))
+    # (approvals are not the point here: name-only ones are allowed)
+    acts = DefinitionActivities(
+        [str(SHIPPED)], str(tmp_path / "home"), allow_unsigned_approvals=True
+    )
     req = LoadSessionRequest(
         workflow_type="spec_execution_v1",
         target=str(target),
