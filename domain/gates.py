@@ -9,6 +9,7 @@ the offending key. Checking evidence against a gate is
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from typing import Any, Literal
 
@@ -406,9 +407,10 @@ def kind_of(value: Any) -> str:
 
 
 def short_text(value: Any) -> str:
+    """A value as the user sent it (JSON: ``false``, ``null``, ``"text"``), clipped."""
     try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - huge ints, deep nesting: still say something
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):  # huge ints, deep nesting
         text = f"<{type(value).__name__}>"
     return clip_text(text)
 

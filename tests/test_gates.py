@@ -224,7 +224,7 @@ def test_type_matrix(ftype: str, value: Any, ok: bool, strict: bool) -> None:
 
 def test_type_problem_reports_what_was_sent() -> None:
     (problem,) = evaluate_gate(one_field({"type": "integer"}), {"f": "12"}).problems
-    assert problem.got == "string '12'"
+    assert problem.got == 'string "12"'  # as JSON: what the agent sent
     assert "whole number" in problem.message
 
 
