@@ -210,7 +210,7 @@ class GatedSession:
             if self._state is not None:
                 self._state.last_signal_error = (
                     "checkpoint signals are not accepted: submit with `phasegate submit` "
-                    "(the submit_checkpoint update)"
+                    "(MCP: the submit_checkpoint tool)"
                 )
             return
         try:
