@@ -101,7 +101,10 @@ def keys_new(args: argparse.Namespace, settings: Settings) -> int:
     echo(
         f"private key: {keys.keys_dir(None) / (args.name + '.key')} (mode 0600; keep it from agents)"
     )
-    echo("public key (give it to whoever starts sessions; `phasegate keys export` prints JSON):")
+    echo(
+        "public key (the worker names its approvers: `phasegate dev --approver-key NAME`, or "
+        'PHASEGATE_APPROVER_KEYS="$(phasegate keys export NAME)" phasegate worker):'
+    )
     echo(key.public_key)
     return EXIT_OK
 
