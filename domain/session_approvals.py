@@ -89,8 +89,8 @@ def check_decision(
             "this deployment accepts only signed approvals and this session names no "
             "approver keys, so no decision can be accepted",
             where="approver_keys",
-            hint="name signed approvers (PHASEGATE_APPROVER_KEYS on the worker, approver_keys "
-            "in metadata.json, or `phasegate start --approver-key NAME`), or set "
+            hint="name signed approvers on the worker (`phasegate dev --approver-key NAME`, "
+            "PHASEGATE_APPROVER_KEYS, or approver_keys in metadata.json), or set "
             "PHASEGATE_ALLOW_UNSIGNED_APPROVALS=1 where agents cannot reach Temporal",
         )
     if state.approver_keys:

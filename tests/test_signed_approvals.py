@@ -25,6 +25,20 @@ def keydir(tmp_path: Path) -> Path:
     return tmp_path / "config"
 
 
+async def _sign(pg, sid: str, name: str, directory, decision: str, comment: str = ""):
+    """``(nonce, signature)`` of ``name``'s decision on phase 1, binding what ``status``
+    shows as awaiting approval (as `phasegate approve --as NAME` does)."""
+    return keys.sign_decision(
+        name,
+        session_id=sid,
+        phase=1,
+        decision=decision,
+        comment=comment,
+        directory=directory,
+        binding=(await pg.status(sid)).approval_binding,
+    )
+
+
 async def _awaiting(pg, sid: str) -> None:
     assert (await pg.submit(sid, 0, GOOD_0)).passed
     assert (await pg.submit(sid, 1, {"plan": "the plan"})).awaiting_approval
@@ -99,14 +113,7 @@ async def test_unknown_key_of_an_allowed_name(session_env, tmp_path, keydir):
     keys.new_key("alice", directory=keydir)  # allowed by the gate, but not a key of the session
     sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[bob]))
     await _awaiting(pg, sid)
-    nonce, sig = keys.sign_decision(
-        "alice",
-        session_id=sid,
-        phase=1,
-        decision="approve",
-        directory=keydir,
-        binding=(await pg.status(sid)).approval_binding,
-    )
+    nonce, sig = await _sign(pg, sid, "alice", keydir, "approve")
     with pytest.raises(ApprovalRefused) as err:
         await pg.decide(
             sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
@@ -123,15 +130,7 @@ async def test_replayed_nonce_refused_across_continue_as_new(session_env, tmp_pa
         options=SessionOptions(approver_keys=[alice], continue_as_new_after_events=10),
     )
     await _awaiting(pg, sid)
-    nonce, sig = keys.sign_decision(
-        "alice",
-        session_id=sid,
-        phase=1,
-        decision="reject",
-        comment="redo",
-        directory=keydir,
-        binding=(await pg.status(sid)).approval_binding,
-    )
+    nonce, sig = await _sign(pg, sid, "alice", keydir, "reject", comment="redo")
     await pg.decide(
         sid,
         approver="alice",
@@ -234,27 +233,13 @@ async def test_deployment_keys_cannot_be_replaced_by_the_starter(
             "mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice])
         )
         await _awaiting(pg, sid)
-        nonce, sig = keys.sign_decision(
-            "alice",
-            session_id=sid,
-            phase=1,
-            decision="approve",
-            directory=agent_dir,
-            binding=(await pg.status(sid)).approval_binding,
-        )
+        nonce, sig = await _sign(pg, sid, "alice", agent_dir, "approve")
         with pytest.raises(ApprovalRefused) as err:
             await pg.decide(
                 sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
             )
         assert "does not match" in str(err.value)
-        nonce, sig = keys.sign_decision(
-            "alice",
-            session_id=sid,
-            phase=1,
-            decision="approve",
-            directory=keydir,
-            binding=(await pg.status(sid)).approval_binding,
-        )
+        nonce, sig = await _sign(pg, sid, "alice", keydir, "approve")
         view = await pg.decide(
             sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
         )
@@ -292,14 +277,7 @@ async def test_default_deployment_refuses_name_only_approvals(
         pg = PhasegateClient(env.client, settings.task_queue)
         signed_sid = await pg.start("mini_v1", str(tmp_path))
         await _awaiting(pg, signed_sid)
-        nonce, sig = keys.sign_decision(
-            "alice",
-            session_id=signed_sid,
-            phase=1,
-            decision="approve",
-            directory=keydir,
-            binding=(await pg.status(signed_sid)).approval_binding,
-        )
+        nonce, sig = await _sign(pg, signed_sid, "alice", keydir, "approve")
         view = await pg.decide(
             signed_sid, approver="alice", decision="approve", phase=1, nonce=nonce, signature=sig
         )
