@@ -8,11 +8,31 @@ set, everything points at the embedded dev server on localhost and the
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
-__all__ = ["SEARCH_ATTRIBUTES", "TASK_QUEUE", "Settings", "verify_task_queue"]
+from phasegate.domain.agents import AgentName
+from phasegate.domain.errors import PhasegateError
+
+__all__ = [
+    "RESERVED_PROVIDERS",
+    "SEARCH_ATTRIBUTES",
+    "TASK_QUEUE",
+    "ProviderConfig",
+    "Settings",
+    "verify_task_queue",
+]
 
 TASK_QUEUE = "phasegate"
 
@@ -32,6 +52,49 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "PhasegateStatus": "Keyword",
 }
 """Custom search attributes phasegate upserts, name -> Temporal type."""
+
+
+RESERVED_PROVIDERS = frozenset({"openai", "anthropic", "demo", "test", "rules"})
+"""Model-id prefixes phasegate reads itself; a configured provider takes another name."""
+
+_PROVIDER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+class ProviderConfig(BaseModel):
+    """An OpenAI-compatible model server (Ollama, vLLM, a gateway), named in model ids
+    as ``NAME:MODEL`` (e.g. ``ollama:llama3.1``).
+
+    Only the *name* of the variable that holds the API key is configured: the key stays
+    in the worker's environment and never reaches a workflow or an activity payload.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(
+        description="The server's OpenAI API root, e.g. http://localhost:11434/v1 (Ollama)."
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="Environment variable holding the API key; unset for servers that "
+        "need none (a local Ollama).",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _check_env(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.fullmatch(value):
+            raise ValueError(
+                "api_key_env names an environment variable (e.g. VLLM_API_KEY), not the key itself"
+            )
+        return value
 
 
 class Settings(BaseModel):
@@ -122,6 +185,36 @@ class Settings(BaseModel):
         "on this port (PHASEGATE_METRICS_PORT; `phasegate worker --metrics-port`).",
     )
 
+    models: dict[AgentName, Annotated[str, StringConstraints(min_length=1, max_length=200)]] = (
+        Field(
+            default_factory=dict,
+            description="Default model per agent, which a profile's `models` overrides "
+            '(PHASEGATE_MODELS, JSON such as {"planner": "openai:gpt-4o", "reviewer": "demo"}): '
+            "openai:NAME, anthropic:NAME, PROVIDER:NAME for a provider in model_providers, demo "
+            "(offline, canned text) or rules (planner only). Unset agents use the rules planner "
+            "(planner) or must be named by the profile.",
+        )
+    )
+    model_providers: dict[str, ProviderConfig] = Field(
+        default_factory=dict,
+        description="OpenAI-compatible model servers by name (PHASEGATE_MODEL_PROVIDERS, JSON "
+        'such as {"ollama": {"base_url": "http://localhost:11434/v1"}, "vllm": {"base_url": '
+        '"http://gpu:8000/v1", "api_key_env": "VLLM_API_KEY"}}); a model id NAME:MODEL uses '
+        "one. API keys come from the environment only (OPENAI_API_KEY, ANTHROPIC_API_KEY, a "
+        "provider's api_key_env).",
+    )
+
+    @field_validator("model_providers")
+    @classmethod
+    def _check_providers(cls, value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
+        for name in value:
+            if name in RESERVED_PROVIDERS or not _PROVIDER_NAME.fullmatch(name):
+                raise ValueError(
+                    f"provider name {name!r} must be 1-32 lowercase letters, digits, _ or -, "
+                    f"and not one of {', '.join(sorted(RESERVED_PROVIDERS))}"
+                )
+        return value
+
     @property
     def unsigned_controls(self) -> bool:
         """Whether name-only controls are accepted where a session names no keys."""
@@ -179,6 +272,10 @@ class Settings(BaseModel):
             metrics_port=int(env["PHASEGATE_METRICS_PORT"])
             if env.get("PHASEGATE_METRICS_PORT")
             else None,
+            models=_json_env(env, "PHASEGATE_MODELS", "models", _MODELS_EXAMPLE),
+            model_providers=_json_env(
+                env, "PHASEGATE_MODEL_PROVIDERS", "model_providers", _PROVIDERS_EXAMPLE
+            ),
         )
 
 
@@ -187,3 +284,34 @@ def _flag(value: str | None) -> bool | None:
     if not value:
         return None
     return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+_MODELS_EXAMPLE = '{"planner": "rules", "analyst": "openai:gpt-4o", "reviewer": "demo"}'
+_PROVIDERS_EXAMPLE = '{"ollama": {"base_url": "http://localhost:11434/v1"}}'
+
+
+def _json_env(env: Mapping[str, str], variable: str, field: str, example: str) -> object:
+    """A JSON object from ``variable``, checked against the settings ``field`` so a bad
+    value fails here, naming the variable, rather than as a bare ``Settings`` error."""
+    text = env.get(variable, "").strip()
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+        Settings.model_validate({field: data})
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            loc = [str(p) for p in first["loc"][1:]]
+            if loc[-1:] == ["[key]"]:
+                loc = [f"key {loc[-2]!r}"]
+            msg = first["msg"].removeprefix("Value error, ")
+            problem = f"{'.'.join(loc)}: {msg}" if loc else msg
+        else:
+            problem = f"not JSON ({exc})"
+        raise PhasegateError(
+            problem,
+            where=variable,
+            hint=f"set {variable} to a JSON object such as {example}",
+        ) from None
+    return data
