@@ -1,0 +1,484 @@
+"""The orchestration's decisions: which step runs next, what an output means, when a
+person must decide, when to replan and when the run is over.
+
+``workflows/orchestration.py`` maps messages and runs activities; every decision is
+made here (STYLE.md 14), in :class:`OrchestrationState`, without a server:
+
+- :meth:`OrchestrationState.advance` says what to do next: plan, run a step, wait
+  for a person, replan (continue-as-new) or finish.
+- :meth:`OrchestrationState.record_output` reduces an agent's output into the state:
+  outputs are keyed ``<agent>_<n>``, history is append-only, and an output recorded
+  twice (a retried step) changes nothing the second time.
+- An analyst that finds the scope complex while the plan has no architect, an output
+  carrying ``replan_request``, a person's ``request_replan`` or a failed step asks
+  for a replan; each replan is a continue-as-new, at most ``max_replans`` of them.
+- A reviewer's rejection sends the work back to the developer, at most
+  ``max_review_passes`` reviews; an output below ``escalation_threshold`` waits for
+  a person; steps of agents in ``approval_required`` wait for a signed approval.
+
+Pure: no I/O, no clock (callers pass ``now``), no randomness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from phasegate.domain.agents import (
+    AgentOutput,
+    AnalysisResult,
+    DeveloperResult,
+    Issue,
+    PlannerDecision,
+    Profile,
+    ReviewResult,
+    Scope,
+    StepUsage,
+)
+from phasegate.domain.orchestration_gates import GateRules, digest, short
+from phasegate.domain.orchestration_messages import (
+    AwaitingDecision,
+    HistoryEntry,
+    OrchestrationCarry,
+    OrchestrationSetup,
+    OrchestrationView,
+    OutputRecord,
+    PlanView,
+    StepRecord,
+)
+from phasegate.domain.orchestration_views import compact, plan_view, state_view
+from phasegate.domain.signing import ApproverKey
+
+__all__ = [
+    "MAX_HISTORY",
+    "Finish",
+    "NeedPlan",
+    "OrchestrationState",
+    "Replan",
+    "RunStep",
+    "Wait",
+    "digest",
+]
+
+MAX_HISTORY = 400  # history entries kept; older ones are counted in history_dropped
+MAX_DETAIL = 1_000
+
+
+@dataclass(frozen=True)
+class NeedPlan:
+    """Ask the planner (or the rules planner) for a plan."""
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """Run plan step ``step`` (its agent's output will be recorded as ``key``)."""
+
+    step: StepRecord
+    key: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait for a person's decision, or a replan request."""
+
+    awaiting: AwaitingDecision
+
+
+@dataclass(frozen=True)
+class Replan:
+    """Continue as new with ``carry``: the planner runs again with the reason."""
+
+    carry: OrchestrationCarry
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The run is over: completed, or failed with ``reason``."""
+
+    completed: bool
+    reason: str = ""
+
+
+Action = NeedPlan | RunStep | Wait | Replan | Finish
+
+
+_short = short
+
+
+class OrchestrationState(GateRules):
+    """Everything one orchestration run knows, and every rule it follows."""
+
+    def __init__(
+        self,
+        *,
+        orchestration_id: str,
+        run_id: str,
+        issue: Issue,
+        profile: Profile,
+        setup: OrchestrationSetup,
+        carried: OrchestrationCarry | None,
+        now: datetime,
+    ) -> None:
+        self.orchestration_id = orchestration_id
+        self.issue = issue
+        self.profile = profile
+        self.models = dict(setup.models)
+        self.keys: list[ApproverKey] = [
+            key
+            for key in setup.approver_keys
+            if not profile.approvers or key.name in profile.approvers
+        ]
+        self.unsigned_ok = setup.unsigned_approvals
+        self.status = "planning"
+        self.plan: PlannerDecision | None = None
+        self.steps: list[StepRecord] = []
+        self.cursor = 0
+        self.awaiting: AwaitingDecision | None = None
+        self.pending_replan: str | None = None
+        self.last_decision = ""
+        self.failure = ""
+        carry = carried or OrchestrationCarry(
+            first_run_id=run_id, replanned_count=0, replan_reason=""
+        )
+        self.first_run_id = carry.first_run_id
+        self.replanned_count = carry.replanned_count
+        self.replan_reason = carry.replan_reason
+        self.outputs: dict[str, OutputRecord] = {o.key: o for o in carry.outputs}
+        self.history: list[HistoryEntry] = list(carry.history)
+        self.history_dropped = carry.history_dropped
+        self.review_passes = carry.review_passes
+        self.gate_seq = carry.gate_seq
+        self.used_nonces: list[str] = list(carry.used_nonces)
+        self.usage = carry.usage.model_copy()
+        self.scope: Scope | None = carry.scope
+        self.child_sessions = list(carry.child_sessions)
+        self.log(
+            now,
+            "replan" if carried else "started",
+            detail=carried.replan_reason if carried else _short(issue.title),
+        )
+
+    # ----------------------------------------------------------------- history
+    def log(
+        self,
+        now: datetime,
+        kind: str,
+        *,
+        agent: str = "",
+        key: str = "",
+        actor: str = "",
+        detail: str = "",
+    ) -> None:
+        """Append one history entry (append-only; the oldest are dropped past MAX_HISTORY)."""
+        seq = (self.history[-1].seq + 1) if self.history else self.history_dropped
+        self.history.append(
+            HistoryEntry(
+                seq=seq, at=now, kind=kind, agent=agent, key=key, actor=actor, detail=_short(detail)
+            )
+        )
+        if len(self.history) > MAX_HISTORY:
+            drop = len(self.history) - MAX_HISTORY
+            self.history = self.history[drop:]
+            self.history_dropped += drop
+
+    # -------------------------------------------------------------------- plan
+    def set_plan(
+        self,
+        decision: PlannerDecision,
+        now: datetime,
+        *,
+        model: str,
+        usage: StepUsage | None = None,
+    ) -> None:
+        """Adopt the planner's decision as this run's plan (recorded as ``planner_<n>``)."""
+        key = self.next_key("planner")
+        data = decision.model_dump(mode="json")
+        self.outputs[key] = OutputRecord(
+            key=key,
+            agent="planner",
+            step=-1,
+            output=data,
+            usage=usage or StepUsage(),
+            model=model,
+            sha256=digest(data),
+            at=now,
+        )
+        self._add_usage(usage or StepUsage())
+        self.plan = decision
+        self.steps = [
+            StepRecord(index=i, agent=step.agent, reason=step.reason)
+            for i, step in enumerate(decision.steps)
+        ]
+        self.cursor = 0
+        if decision.scope and self.scope is None:
+            self.scope = decision.scope
+        self.status = "running"
+        names = " → ".join(step.agent for step in decision.steps)
+        self.log(now, "plan", agent="planner", actor=model, detail=f"{names}: {decision.reasoning}")
+
+    def refuse_plan(self, problems: list[str], now: datetime) -> None:
+        """The plan failed verification: replan while replans are left, else fail."""
+        detail = "; ".join(problems)
+        self.log(now, "plan_refused", agent="planner", detail=detail)
+        self._ask_replan(f"the plan failed verification: {detail}", now, by="phasegate")
+
+    # ------------------------------------------------------------------ advance
+    def advance(self, now: datetime) -> Action:
+        """What to do next. May open an approval gate (recorded) before answering."""
+        while True:
+            if self.status == "completed":
+                return Finish(True)
+            if self.status == "failed":
+                return Finish(False, self.failure)
+            if self.pending_replan is not None and self.awaiting is None:
+                if self.replanned_count >= self.profile.max_replans:
+                    self.fail(
+                        f"a replan was needed ({self.pending_replan}) but max_replans "
+                        f"({self.profile.max_replans}) is reached",
+                        now,
+                    )
+                    continue
+                return Replan(self.carry(self.pending_replan))
+            if self.plan is None:
+                return NeedPlan()
+            if self.awaiting is not None:
+                return Wait(self.awaiting)
+            if self.cursor >= len(self.steps):
+                self.status = "completed"
+                self.log(now, "completed", detail=f"{len(self.outputs)} outputs")
+                continue
+            step = self.steps[self.cursor]
+            if step.status == "done":
+                self.cursor += 1
+                continue
+            if self._needs_approval(step):
+                self._open_gate(
+                    "approval",
+                    step,
+                    f"run {step.agent}: {step.reason}",
+                    {
+                        "agent": step.agent,
+                        "reason": step.reason,
+                        "plan": digest(self.plan.model_dump()),
+                    },
+                    now,
+                )
+                continue
+            self.status = "running"
+            return RunStep(step, self.next_key(step.agent))
+
+    def next_key(self, agent: str) -> str:
+        """The key the next output of ``agent`` is recorded under (``developer_1``…)."""
+        n = sum(1 for o in self.outputs.values() if o.agent == agent)
+        return f"{agent}_{n}"
+
+    def _needs_approval(self, step: StepRecord) -> bool:
+        if step.approved_by or step.agent not in self.profile.approval_required:
+            return False
+        return not (self.profile.auto_approve_trivial and self.scope == "trivial")
+
+    def _open_gate(
+        self, kind: str, step: StepRecord, reason: str, subject: Any, now: datetime
+    ) -> None:
+        self.gate_seq += 1
+        self.awaiting = AwaitingDecision(
+            gate=self.gate_seq,
+            kind=kind,
+            step=step.index,
+            agent=step.agent,
+            reason=_short(reason),
+            subject_sha256=digest(subject),
+            since=now,
+        )
+        if kind == "approval":
+            step.status = "awaiting_approval"
+        self.status = "awaiting"
+        self.log(now, kind, agent=step.agent, detail=f"gate {self.gate_seq}: waiting: {reason}")
+
+    # ------------------------------------------------------------------ steps
+    def start_step(self, step: StepRecord, key: str, now: datetime, *, model: str = "") -> None:
+        step.status = "running"
+        step.key = key
+        self.log(now, "step_started", agent=step.agent, key=key, actor=model, detail=step.reason)
+
+    def record_output(
+        self,
+        step: StepRecord,
+        key: str,
+        output: AgentOutput,
+        usage: StepUsage,
+        now: datetime,
+        *,
+        model: str = "",
+        ref: str | None = None,
+    ) -> bool:
+        """Reduce one agent output into the state. False when ``key`` was already recorded."""
+        if key in self.outputs:
+            return False
+        data = output.model_dump(mode="json")
+        self.outputs[key] = OutputRecord(
+            key=key,
+            agent=step.agent,
+            step=step.index,
+            output=data,
+            usage=usage,
+            model=model,
+            sha256=digest(data),
+            ref=ref,
+            at=now,
+        )
+        self._add_usage(usage)
+        step.status = "done"
+        self.cursor = step.index + 1
+        self.log(now, "step_done", agent=step.agent, key=key, detail=_summary(output))
+        self._react(step, key, output, now)
+        return True
+
+    def _add_usage(self, usage: StepUsage) -> None:
+        self.usage = StepUsage(
+            requests=self.usage.requests + usage.requests,
+            input_tokens=self.usage.input_tokens + usage.input_tokens,
+            output_tokens=self.usage.output_tokens + usage.output_tokens,
+        )
+
+    def _react(self, step: StepRecord, key: str, output: AgentOutput, now: datetime) -> None:
+        if isinstance(output, AnalysisResult):
+            self.scope = output.scope
+            later = {s.agent for s in self.steps[step.index + 1 :]}
+            had_architect = any(o.agent == "architect" for o in self.outputs.values())
+            if output.scope == "complex" and "architect" not in later and not had_architect:
+                self._ask_replan(
+                    "the analyst found the scope complex and the plan has no architect",
+                    now,
+                    by=key,
+                )
+        if isinstance(output, ReviewResult) and not output.approved:
+            self._review_rejected(step, output, now)
+        request = getattr(output, "replan_request", None)
+        if request:
+            self._ask_replan(f"{step.agent} asked: {request}", now, by=key)
+        confidence = getattr(output, "confidence", None)
+        if (
+            self.status != "failed"
+            and self.pending_replan is None
+            and confidence is not None
+            and confidence < self.profile.escalation_threshold
+        ):
+            self._open_gate(
+                "escalation",
+                step,
+                f"{step.agent} is only {confidence:.2f} confident "
+                f"(escalation_threshold {self.profile.escalation_threshold})",
+                {"key": key, "output": self.outputs[key].sha256},
+                now,
+            )
+
+    def _review_rejected(self, step: StepRecord, review: ReviewResult, now: datetime) -> None:
+        self.review_passes += 1
+        comments = "; ".join(review.comments) or "no comments"
+        self.log(
+            now,
+            "review_rejected",
+            agent="reviewer",
+            detail=f"pass {self.review_passes}: {review.severity}: {comments}",
+        )
+        if self.review_passes >= self.profile.max_review_passes:
+            self.fail(
+                f"the reviewer rejected the change {self.review_passes} times "
+                f"(max_review_passes {self.profile.max_review_passes}); last comments: {comments}",
+                now,
+            )
+            return
+        insert_at = step.index + 1
+        again = [
+            StepRecord(
+                index=0,
+                agent="developer",
+                reason=f"address review pass {self.review_passes}: {_short(comments, 300)}",
+            ),
+            StepRecord(index=0, agent="reviewer", reason=f"review pass {self.review_passes + 1}"),
+        ]
+        self.steps[insert_at:insert_at] = again
+        for i, record in enumerate(self.steps):
+            record.index = i
+
+    def record_failure(self, step: StepRecord, error: str, now: datetime) -> None:
+        """A step failed for good: replan while replans are left, else fail the run."""
+        step.status = "failed"
+        self.log(now, "step_failed", agent=step.agent, key=step.key, detail=error)
+        self._ask_replan(f"the {step.agent} step failed: {error}", now, by="phasegate")
+
+    def _ask_replan(self, reason: str, now: datetime, *, by: str) -> None:
+        if self.pending_replan is not None or self.status in ("completed", "failed"):
+            return
+        if self.replanned_count >= self.profile.max_replans:
+            self.fail(f"{reason}; no replans left (max_replans {self.profile.max_replans})", now)
+            return
+        self.pending_replan = _short(reason)
+        self.log(now, "replan_requested", actor=by, detail=reason)
+
+    def request_replan(self, reason: str, actor: str, now: datetime) -> None:
+        """A person asks for a new plan; a gate waiting for a decision is withdrawn."""
+        if self.awaiting is not None:
+            self.awaiting = None
+            for step in self.steps:
+                if step.status == "awaiting_approval":
+                    step.status = "pending"
+        self._ask_replan(f"{actor} asked: {reason}", now, by=actor)
+
+    def fail(self, reason: str, now: datetime) -> None:
+        if self.status in ("completed", "failed"):
+            return
+        self.status = "failed"
+        self.failure = _short(reason, 2000)
+        self.awaiting = None
+        self.log(now, "failed", detail=reason)
+
+    # ---------------------------------------------------------------- carry
+    def carry(self, reason: str) -> OrchestrationCarry:
+        """The state the next run starts from, compacted under MAX_CARRY_BYTES."""
+        outputs = list(self.outputs.values())
+        carry = OrchestrationCarry(
+            first_run_id=self.first_run_id,
+            replanned_count=self.replanned_count + 1,
+            replan_reason=reason,
+            outputs=outputs,
+            history=self.history,
+            history_dropped=self.history_dropped,
+            review_passes=self.review_passes,
+            gate_seq=self.gate_seq,
+            used_nonces=self.used_nonces,
+            usage=self.usage,
+            scope=self.scope,
+            child_sessions=self.child_sessions,
+        )
+        return compact(carry)
+
+    def plan_view(self) -> PlanView:
+        """Answer of query ``plan``."""
+        return plan_view(self)
+
+    def view(self) -> OrchestrationView:
+        """Answer of query ``state``."""
+        return state_view(self)
+
+    def latest(self, agent: str) -> OutputRecord | None:
+        found = [o for o in self.outputs.values() if o.agent == agent]
+        return found[-1] if found else None
+
+
+def _summary(output: AgentOutput) -> str:
+    if isinstance(output, AnalysisResult):
+        return f"scope {output.scope}, confidence {output.confidence:.2f}"
+    if isinstance(output, ReviewResult):
+        verdict = "approved" if output.approved else f"changes requested ({output.severity})"
+        return f"{verdict}, confidence {output.confidence:.2f}"
+    if isinstance(output, DeveloperResult):
+        done = "completed" if output.completed else "not completed"
+        return (
+            f"session {output.session_id} {done} ({output.phases_completed}/{output.total_phases})"
+        )
+    if isinstance(output, PlannerDecision):
+        return " → ".join(s.agent for s in output.steps)
+    return f"{getattr(output, 'goal', '')} (confidence {getattr(output, 'confidence', 0):.2f})"

@@ -1,0 +1,106 @@
+"""What the orchestration's queries answer, the Web UI's current details, and the
+compaction of what a replan carries. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from phasegate.domain.orchestration_messages import OrchestrationCarry, OrchestrationView, PlanView
+
+if TYPE_CHECKING:
+    from phasegate.domain.orchestration import OrchestrationState
+
+__all__ = ["MAX_CARRY_BYTES", "compact", "details_markdown", "plan_view", "state_view"]
+
+MAX_CARRY_BYTES = 1_000_000  # a replan's carried state stays well under Temporal's 2 MB
+
+
+# ----------------------------------------------------------------- views
+def plan_view(state: OrchestrationState) -> PlanView:
+    plan = state.plan
+    current = state.cursor if state.cursor < len(state.steps) else None
+    return PlanView(
+        reasoning=plan.reasoning if plan else "",
+        scope=state.scope,
+        mode=state.profile.orchestration_mode,
+        steps=state.steps,
+        current=current,
+        replanned_count=state.replanned_count,
+        replan_reason=state.replan_reason,
+    )
+
+
+def state_view(state: OrchestrationState) -> OrchestrationView:
+    return OrchestrationView(
+        orchestration_id=state.orchestration_id,
+        issue=state.issue,
+        status=state.status,
+        plan=plan_view(state),
+        awaiting=state.awaiting,
+        approval_binding=state.approval_binding(),
+        replan_gate=state.replan_gate(),
+        pending_replan=state.pending_replan,
+        outputs=list(state.outputs.values()),
+        usage=state.usage,
+        last_decision=state.last_decision,
+        failure=state.failure,
+        child_sessions=state.child_sessions,
+        approvers=state.approvers().split(", "),
+        run_chain_length=state.replanned_count + 1,
+    )
+
+
+def compact(carry: OrchestrationCarry) -> OrchestrationCarry:
+    """Shrink a carry under MAX_CARRY_BYTES: older outputs lose their body first (their
+    key, digest and file reference stay), then the oldest history entries go."""
+
+    def size() -> int:
+        return len(carry.model_dump_json())
+
+    if size() <= MAX_CARRY_BYTES:
+        return carry
+    latest = {o.agent: o.key for o in carry.outputs}
+    for record in carry.outputs:
+        if record.key not in latest.values() and record.output:
+            record.output = {}
+            if size() <= MAX_CARRY_BYTES:
+                return carry
+    while len(carry.history) > 20 and size() > MAX_CARRY_BYTES:
+        drop = len(carry.history) // 4
+        carry.history = carry.history[drop:]
+        carry.history_dropped += drop
+    for record in carry.outputs:
+        if size() <= MAX_CARRY_BYTES:
+            break
+        record.output = {}
+    return carry
+
+
+def details_markdown(state: OrchestrationState) -> str:
+    """The Web UI's current details: the plan with the current step marked, the last
+    decision, replans, and what the run waits for."""
+    lines = [f"**{state.issue.id}: {state.issue.title}** — {state.status}"]
+    if state.plan is not None:
+        lines.append(f"Plan ({state.profile.orchestration_mode}, scope {state.scope or '?'}):")
+        for step in state.steps:
+            mark = "▶" if step.index == state.cursor and state.status != "completed" else " "
+            extra = f" → {step.key}" if step.key else ""
+            lines.append(f"- {mark} {step.index}. {step.agent} [{step.status}]{extra}")
+    if state.awaiting is not None:
+        gate = state.awaiting
+        lines.append(f"Waiting for a person: gate {gate.gate} ({gate.kind}): {gate.reason}")
+    if state.last_decision:
+        lines.append(f"Last decision: {state.last_decision}")
+    if state.replanned_count:
+        lines.append(f"Replans: {state.replanned_count}: {state.replan_reason}")
+    if state.pending_replan:
+        lines.append(f"Replan pending: {state.pending_replan}")
+    if state.failure:
+        lines.append(f"Failed: {state.failure}")
+    usage = state.usage
+    lines.append(
+        f"Usage: {usage.requests} model requests, {usage.input_tokens} in / "
+        f"{usage.output_tokens} out tokens"
+    )
+    return "\n".join(lines)
