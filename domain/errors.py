@@ -16,6 +16,7 @@ Hierarchy::
         ├── PayloadTooLarge            "payload_too_large"
         ├── ApprovalRefused            "approval_refused"
         └── SessionNotFound            "session_not_found" (no such session id)
+    OrchestrationError                 "orchestration_failed": a run cannot go on
 
 Every error carries ``where`` (``file:line`` or a field path, when known) and
 ``hint`` (what to do next). ``str(err)`` renders all three on one line, which is
@@ -33,6 +34,7 @@ __all__ = [
     "DefinitionError",
     "ExpressionError",
     "GateDefinitionError",
+    "OrchestrationError",
     "PayloadTooLarge",
     "PhaseSequenceViolation",
     "PhasegateError",
@@ -145,6 +147,12 @@ class SessionNotFound(SessionError):
     code = "session_not_found"
 
 
+class OrchestrationError(PhasegateError):
+    """An orchestration cannot go on: a bad profile, a step out of replans, a rejection."""
+
+    code = "orchestration_failed"
+
+
 ERROR_TYPES: dict[str, type[PhasegateError]] = {
     cls.code: cls
     for cls in (
@@ -162,5 +170,6 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         PayloadTooLarge,
         ApprovalRefused,
         SessionNotFound,
+        OrchestrationError,
     )
 }

@@ -1,0 +1,219 @@
+"""Activities of the ``Orchestration`` workflow that are not model calls: the worker's
+checks at the start of every run, plan verification against the real workspace, and
+keeping large outputs as files.
+
+- :meth:`OrchestrationActivities.orchestration_setup` merges the models (profile over
+  ``PHASEGATE_MODELS``, the rules planner by default), checks each one the run may
+  call, the working directory and who could approve, and returns the deployment's
+  approver keys. Problems come back as a list, so the workflow fails with all of
+  them at once, each with its fix.
+- :meth:`OrchestrationActivities.verify_plan`: a plan's goal must be actionable and
+  the files it relies on must exist inside the working directory.
+- :meth:`OrchestrationActivities.store_output`: an output too large to keep in history
+  is written under ``<working_dir>/.phasegate/orchestrations/<id>/`` and travels by
+  reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from phasegate.domain.agents import STEP_AGENTS, Profile
+from phasegate.domain.orchestration_messages import (
+    OrchestrationSetup,
+    VerifyPlanRequest,
+    VerifyPlanResult,
+)
+from phasegate.domain.signing import ApproverKey
+
+__all__ = [
+    "OUTPUT_INLINE_BYTES",
+    "OrchestrationActivities",
+    "SetupRequest",
+    "StoreOutputRequest",
+    "orchestration_dir",
+]
+
+OUTPUT_INLINE_BYTES = 16 * 1024  # larger outputs are kept as files, by reference
+_PATH_TOKEN = re.compile(
+    r"`([^`\s]+\.[A-Za-z0-9]{1,8})`|(?<![\w/.])((?:[\w.-]+/)+[\w.-]+\.[A-Za-z0-9]{1,8})\b"
+)
+_VAGUE_GOALS = {"tbd", "todo", "n/a", "na", "none", "fix it", "do it", "?", "..."}
+
+
+class SetupRequest(BaseModel):
+    """Input of activity ``orchestration_setup``."""
+
+    profile: Profile
+
+
+class StoreOutputRequest(BaseModel):
+    """Input of activity ``store_output``."""
+
+    working_dir: str
+    orchestration_id: str
+    key: str
+    output: dict
+
+
+def orchestration_dir(working_dir: str, orchestration_id: str) -> Path:
+    """Where an orchestration keeps its files inside the working directory."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", orchestration_id)[:120]
+    return Path(working_dir) / ".phasegate" / "orchestrations" / safe
+
+
+class OrchestrationActivities:
+    """The worker-side checks and files of orchestrations.
+
+    Args:
+        default_models: Model per agent from the worker's settings (``PHASEGATE_MODELS``).
+        check_model: ``(agent, model_id) -> problem | None`` for a model the run may call.
+        approver_keys: The deployment's approver keys (``PHASEGATE_APPROVER_KEYS``).
+        allow_unsigned_approvals: Whether decisions without a signature are accepted.
+        target_roots: Folders a working directory must lie in (empty: anywhere but ``/``).
+    """
+
+    def __init__(
+        self,
+        *,
+        default_models: dict[str, str] | None = None,
+        check_model: Callable[[str, str], str | None] | None = None,
+        approver_keys: list[ApproverKey] | None = None,
+        allow_unsigned_approvals: bool = False,
+        target_roots: list[str] | None = None,
+    ) -> None:
+        self.default_models = dict(default_models or {})
+        self.check_model = check_model
+        self.approver_keys = list(approver_keys or [])
+        self.allow_unsigned_approvals = allow_unsigned_approvals
+        self.target_roots = list(target_roots or [])
+
+    @activity.defn(name="orchestration_setup")
+    def orchestration_setup(self, req: SetupRequest) -> OrchestrationSetup:
+        """Check a run's profile on the worker: models, working directory, approvers."""
+        profile = req.profile
+        problems: list[str] = []
+        models = {"planner": "rules", **self.default_models, **profile.models}
+        needed = ["planner", *(a for a in STEP_AGENTS if a != "developer")]
+        if profile.orchestration_mode == "fixed":
+            needed = ["architect", "reviewer"]
+        for agent in needed:
+            model = models.get(agent)
+            if not model:
+                problems.append(
+                    f"no model for the {agent}: set models.{agent} in the profile "
+                    "(openai:NAME, anthropic:NAME, demo for the offline demo) or "
+                    "PHASEGATE_MODELS on the worker"
+                )
+            elif model == "rules" and agent != "planner":
+                problems.append(
+                    f"models.{agent} is 'rules', which only the planner can use: "
+                    "name a model (openai:NAME, anthropic:NAME, demo)"
+                )
+            elif model != "rules" and self.check_model is not None:
+                problem = self.check_model(agent, model)
+                if problem:
+                    problems.append(problem)
+        working_dir = self._working_dir(profile.working_dir, problems)
+        keys = [
+            k for k in self.approver_keys if not profile.approvers or k.name in profile.approvers
+        ]
+        if profile.approvers and self.approver_keys and not keys:
+            problems.append(
+                f"profile approvers {profile.approvers} name none of the worker's approver keys "
+                f"({', '.join(sorted({k.name for k in self.approver_keys}))}): fix approvers"
+            )
+        if profile.approval_required and not keys and not self.allow_unsigned_approvals:
+            problems.append(
+                f"approval_required names {profile.approval_required} but nobody could approve: "
+                "the worker has no approver keys (PHASEGATE_APPROVER_KEYS, from "
+                "`phasegate keys export NAME`) and refuses unsigned approvals"
+            )
+        if profile.developer.mode == "command" and not profile.developer.command:
+            problems.append(
+                "developer.mode is 'command' but developer.command is empty: name the coding "
+                'agent to run, e.g. ["claude", "-p", "{prompt}"], or use mode "mcp"'
+            )
+        return OrchestrationSetup(
+            models=models,
+            working_dir=working_dir,
+            approver_keys=self.approver_keys,
+            unsigned_approvals=self.allow_unsigned_approvals,
+            problems=problems,
+        )
+
+    def _working_dir(self, working_dir: str, problems: list[str]) -> str:
+        if not working_dir:
+            problems.append("profile.working_dir is empty: name the project folder to work in")
+            return ""
+        real = os.path.realpath(working_dir)
+        if not os.path.isdir(real):
+            problems.append(f"working_dir {working_dir} is not a folder on the worker")
+        elif real == os.path.sep:
+            problems.append("working_dir is the file system's root: name the project folder")
+        roots = [os.path.realpath(r) for r in self.target_roots]
+        if roots and not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            problems.append(
+                f"working_dir {working_dir} is outside the folders this worker serves "
+                f"(PHASEGATE_TARGET_ROOTS: {', '.join(self.target_roots)})"
+            )
+        return real
+
+    @activity.defn(name="verify_plan")
+    def verify_plan(self, req: VerifyPlanRequest) -> VerifyPlanResult:
+        """Is the goal actionable, and do the files the plan relies on exist?
+
+        Files an analyst said are relevant must exist (a problem otherwise); other
+        files the text names may be ones the plan creates (a warning). A path that
+        leaves the working directory is always a problem.
+        """
+        result = VerifyPlanResult()
+        goal = req.goal.strip()
+        words = re.findall(r"[A-Za-z]{2,}", goal)
+        if goal.lower() in _VAGUE_GOALS or len(words) < 2:
+            result.problems.append(
+                f"the goal {goal!r} is not actionable: say what changes, in a sentence"
+            )
+        root = Path(os.path.realpath(req.working_dir))
+        named = {m.group(1) or m.group(2) for m in _PATH_TOKEN.finditer(req.text)}
+        for path, claimed in [(p, True) for p in req.claimed_files] + [
+            (p, False) for p in sorted(named - set(req.claimed_files))
+        ]:
+            problem = _check_path(root, path, claimed)
+            if problem is None:
+                continue
+            (result.problems if claimed or "outside" in problem else result.warnings).append(
+                problem
+            )
+        return result
+
+    @activity.defn(name="store_output")
+    def store_output(self, req: StoreOutputRequest) -> str:
+        """Write one output as JSON under the orchestration's folder; returns its path."""
+        folder = orchestration_dir(req.working_dir, req.orchestration_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{re.sub(r'[^A-Za-z0-9_-]', '_', req.key)}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(req.output, indent=2, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+        return str(path)
+
+
+def _check_path(root: Path, path: str, claimed: bool) -> str | None:
+    if "\x00" in path or len(path) > 4096:
+        return f"{path[:80]!r} is not a file path"
+    full = Path(os.path.realpath(root / path))
+    if full != root and root not in full.parents:
+        return f"{path} is outside the working directory {root}"
+    if full.exists():
+        return None
+    if claimed:
+        return f"{path} does not exist in {root} although the analyst named it as relevant"
+    return f"{path} does not exist yet in {root} (fine if the plan creates it)"
