@@ -348,7 +348,7 @@ def _sample_request(agent: AgentName) -> AgentPromptRequest:
         issue=issue,
         replan_request="sample replan request",
         plan=steps,
-        current_step=1,
+        current=1,
         review_comments=["sample comment"],
         standards=["sample standard"],
     )

@@ -95,13 +95,17 @@ def cut(text: str, limit: int) -> str:
 class OutputSummary(BaseModel):
     """One earlier agent output as an agent sees it: its key, agent and JSON (capped).
 
-    ``json_text`` rather than ``json``: a field named ``json`` shadows
-    ``BaseModel.json`` and pydantic warns about it.
+    Built as ``OutputSummary(key=..., agent=..., json=...)``; the attribute is
+    ``json_text`` (a field named ``json`` would shadow ``BaseModel.json``).
     """
+
+    model_config = ConfigDict(populate_by_name=True)
 
     key: str = Field(max_length=64, description="<agent>_<index>, e.g. analyst_0.")
     agent: AgentName
-    json_text: str = Field(description="The output as JSON, cut to 20,000 characters.")
+    json_text: str = Field(
+        alias="json", description="The output as JSON, cut to 20,000 characters."
+    )
 
     @field_validator("json_text", mode="before")
     @classmethod
@@ -111,7 +115,7 @@ class OutputSummary(BaseModel):
     @classmethod
     def of(cls, key: str, agent: AgentName, output: BaseModel) -> OutputSummary:
         """The summary of ``output`` (any agent output model) under ``key``."""
-        return cls(key=key, agent=agent, json_text=output.model_dump_json())
+        return cls(key=key, agent=agent, json=output.model_dump_json())
 
 
 class ContextSections(BaseModel):
@@ -125,7 +129,7 @@ class ContextSections(BaseModel):
     )
     replan_request: str | None = None
     plan: list[PlanStep] = Field(default_factory=list, max_length=MAX_PLAN_STEPS)
-    current_step: int | None = Field(None, ge=0, description="Index in ``plan`` of the step.")
+    current: int | None = Field(None, ge=0, description="Index in ``plan`` of the step running.")
     review_comments: list[str] = Field(default_factory=list)
     standards: list[str] = Field(
         default_factory=list, description="Filled by the activity from the RAG index."
@@ -209,9 +213,9 @@ def template_data(sections: ContextSections, strategy: Sequence[str]) -> dict[st
 
     ``issue`` (dict), ``outputs`` (list of {key, agent, json_text}),
     ``replan_request`` (str or None), ``plan`` (list of {agent, reason}) with
-    ``current_step`` (int or None), ``review_comments`` and ``standards`` (lists of
-    str). A variable of an unlisted section is undefined, so a template that uses it
-    fails with its file and line instead of leaking it.
+    ``current_step`` (``ContextSections.current``, int or None), ``review_comments``
+    and ``standards`` (lists of str). A variable of an unlisted section is undefined,
+    so a template that uses it fails with its file and line instead of leaking it.
     """
     data: dict[str, Any] = {}
     if "issue" in strategy:
@@ -222,7 +226,7 @@ def template_data(sections: ContextSections, strategy: Sequence[str]) -> dict[st
         data["replan_request"] = sections.replan_request
     if "plan" in strategy:
         data["plan"] = [s.model_dump() for s in sections.plan]
-        data["current_step"] = sections.current_step
+        data["current_step"] = sections.current
     if "review" in strategy:
         data["review_comments"] = list(sections.review_comments)
     if "standards" in strategy:
@@ -256,9 +260,9 @@ def _plan(s: ContextSections) -> str:
     lines = ["## Current plan", ""]
     for n, step in enumerate(s.plan):
         what = step.agent + (f": {_one_line(step.reason)}" if step.reason.strip() else "")
-        if s.current_step is not None and n < s.current_step:
+        if s.current is not None and n < s.current:
             lines.append(f"{n + 1}. {what} (done)")
-        elif n == s.current_step:
+        elif n == s.current:
             lines.append(f"{n + 1}. **{what}** <- the current step")
         else:
             lines.append(f"{n + 1}. {what}")
