@@ -40,6 +40,7 @@ from phasegate.testing._evidence import (
     known_good,
     workspace_for,
 )
+from phasegate.testing._models import register_model, unregister_model
 from phasegate.testing._server import dev_server, dev_server_options, make_settings, running_worker
 
 __all__ = [
@@ -56,8 +57,10 @@ __all__ = [
     "example_evidence",
     "known_good",
     "make_settings",
+    "register_model",
     "running_worker",
     "signed_approver",
+    "unregister_model",
     "unsigned_approver",
     "workspace_for",
 ]
