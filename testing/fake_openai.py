@@ -202,7 +202,10 @@ class FakeOpenAI:
             self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
             self._server.daemon_threads = True
             self._thread = threading.Thread(
-                target=self._server.serve_forever, name="fake-openai", daemon=True
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.05},  # stop() waits for one poll
+                name="fake-openai",
+                daemon=True,
             )
             self._thread.start()
         return self

@@ -257,13 +257,20 @@ async def test_a_refused_request_is_not_retried_and_says_what_to_fix(
     assert b"fake:gpt-test" in raw and secret.encode() not in raw
 
 
-async def test_a_missing_key_fails_before_any_request(probe, monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+@pytest.mark.parametrize(
+    ("model", "variable"),
+    [("openai:gpt-4o", "OPENAI_API_KEY"), ("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY")],
+)
+async def test_a_missing_key_fails_before_any_request(probe, monkeypatch, model, variable):
+    # The workflow builds its copy of the model with a placeholder; only the activity
+    # reads the key, and finds none: no request is sent anywhere.
+    monkeypatch.delenv(variable, raising=False)
     with pytest.raises(WorkflowFailureError) as err:
-        await probe(AgentCall(agent="planner", model="openai:gpt-4o"))
+        await probe(AgentCall(agent="planner", model=model))
     cause = err.value.cause
     assert isinstance(cause, ApplicationError) and cause.non_retryable
-    assert "OPENAI_API_KEY is not set" in str(cause) and "planner agent" in str(cause)
+    assert cause.type == "model_unusable" and "planner agent" in str(cause)
+    assert f"{variable} is not set in the worker's environment" in str(cause)
 
 
 async def test_an_unregistered_test_model_says_how_to_register_it(probe):
