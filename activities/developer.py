@@ -158,13 +158,15 @@ def write_dev_spec(req: DevSpecRequest) -> DevSpec:
             "set the profile's working_dir to the project's folder",
         )
     folder = root.joinpath(*SPEC_FOLDER, _folder_name(req.orchestration_id), f"dev-{req.attempt}")
-    folder.mkdir(parents=True, exist_ok=True)
-    real_root = os.path.realpath(root)
-    if not os.path.realpath(folder).startswith(real_root.rstrip("/") + "/"):
-        raise _invalid(
-            f"{folder} resolves outside the working directory {real_root}",
-            f"remove the symlink under {root / SPEC_FOLDER[0]}",
-        )
+    real_root = os.path.realpath(root).rstrip("/") + "/"
+    for check in (False, True):  # before creating anything, and once it exists
+        if check:
+            folder.mkdir(parents=True, exist_ok=True)
+        if not os.path.realpath(folder).startswith(real_root):
+            raise _invalid(
+                f"{folder} resolves outside the working directory {real_root.rstrip('/')}",
+                f"remove the symlink under {root / SPEC_FOLDER[0]}",
+            )
     text, from_plan = dev_tasks_md(req.issue, req.plan, req.review_comments)
     spec = parse_tasks_md(text, source=str(folder / "tasks.md"))  # dev_tasks_md checked it
     _write(folder / "README.md", _readme(req))
@@ -186,23 +188,24 @@ def dev_tasks_md(
     """The developer's tasks.md, and whether it is the plan's markdown as written.
 
     The plan's ``plan_markdown`` is used when the tasks parser reads it into phases
-    with at least one task each on average (phase 0's gate needs ``tasks_found >=
-    phases_found``); else one phase named after the plan's goal (or the issue) whose
+    and at least as many tasks (phase 0's gate needs ``tasks_found >= phases_found``);
+    else one phase named after the plan's goal (or the issue) whose
     tasks are the plan's list items (or the goal, or the issue's title). Review
     comments (a later pass) add a last phase, one task per comment, and mark the
     plan's tasks done, so the developer re-checks them instead of redoing them.
     """
-    text, from_plan, next_number = "", False, 2
+    from_plan = False
     if plan is not None and _parsed(plan.plan_markdown) is not None:
         text, from_plan = plan.plan_markdown.rstrip() + "\n", True
     else:
         items = list_items(plan.plan_markdown) if plan is not None else []
-        name = _one_line(plan.goal if plan is not None else issue.title)
+        title = _one_line(issue.title) or f"Issue {issue.id}"
+        name = (_one_line(plan.goal) if plan is not None else "") or title
         items = items or [name]
-        text = f"# Issue {issue.id}: {_one_line(issue.title)}\n\n## Phase 1: {name}\n\n"
+        text = f"# Issue {issue.id}: {title}\n\n## Phase 1: {name}\n\n"
         text += "".join(f"- [ ] 1.{k} {item}\n" for k, item in enumerate(items, start=1))
     base = _parsed(text)
-    comments = [_one_line(c) for c in review_comments if c.strip()][:_MAX_TASKS]
+    comments = [c for c in map(_one_line, review_comments) if c][:_MAX_TASKS]
     if base is not None and comments:
         next_number = max(p.number for p in base.phases) + 1
         marked = _OPEN_BOX.sub(r"\1[x]", text)

@@ -18,7 +18,10 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RetryPolicy
@@ -31,6 +34,7 @@ from phasegate.activities.developer import (
     CodingAgentRequest,
     CodingAgentRun,
     DevSpecRequest,
+    dev_tasks_md,
     run_coding_agent,
     write_dev_spec,
 )
@@ -218,6 +222,28 @@ def test_markdown_the_parser_cannot_read_becomes_one_phase_of_its_list_items(
     assert Path(no_plan.spec_path).parent.parent.name.startswith("o-3-x-")  # one safe segment
 
 
+_LINES = st.sampled_from(
+    ["## Phase 3: B", "- [ ] 1.1 x", "- item", "* [x] T001 y", "1. one", "   - nested", "```",
+     "# T", "**Validation Gate:**", "", "- [ ]* 2.1 opt", "#### Task 1.1: h", "Phase 2: z"]
+)  # fmt: skip
+_MARKDOWN = st.lists(_LINES | st.text(max_size=30), max_size=12).map("\n".join)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@given(_MARKDOWN, st.text(min_size=1, max_size=40), st.lists(_MARKDOWN, max_size=4))
+def test_any_plan_and_comments_make_a_spec_the_session_accepts(
+    markdown: str, goal: str, comments: list[str]
+) -> None:
+    plan = PlanOutput(goal=goal, plan_markdown=markdown or "-", confidence=0.5)
+    text, _ = dev_tasks_md(ISSUE, plan, comments)
+    phases = parse_tasks_md(text).phases
+    assert phases and sum(len(p.tasks) for p in phases) >= len(phases)  # phase 0's rule
+    wanted = [c for c in (" ".join(c.split()).lstrip("#>*-+ ") for c in comments) if c]
+    if wanted:
+        assert phases[-1].name == "Address the review comments"
+        assert len(phases[-1].tasks) == len(wanted), text
+
+
 def test_the_spec_folder_stays_inside_the_working_directory(tmp_path: Path) -> None:
     wd, outside = tmp_path / "wd", tmp_path / "elsewhere"
     wd.mkdir()
@@ -227,7 +253,7 @@ def test_the_spec_folder_stays_inside_the_working_directory(tmp_path: Path) -> N
     with pytest.raises(ApplicationError, match="outside the working directory") as err:
         write_dev_spec(req)
     assert err.value.non_retryable and err.value.type == "developer_invalid"
-    assert not list(outside.rglob("tasks.md"))
+    assert not list(outside.iterdir())  # nothing created there either
 
 
 # --------------------------------------------------------------------------- the agent
