@@ -83,6 +83,7 @@ __all__ = [
     "OUTPUT_RETRIES",
     "analyst_agent",
     "architect_agent",
+    "build_model",
     "check_model",
     "configure_models",
     "planner_agent",
@@ -173,18 +174,26 @@ def build_model(model_id: str, agent: str) -> Model:
     config = _PROVIDERS.get(provider)
     if config is None:
         raise UserError(_unknown_provider(model_id, _PROVIDERS))
-    return _openai(name, config.base_url, _key(config.api_key_env, model_id) or _NO_KEY)
+    return _openai(name, config.base_url, _key(config.api_key_env, model_id) or _NO_KEY, provider)
 
 
 # The SDKs load lazily (anthropic alone takes over a second); the workflow sandbox
 # passes both through (PydanticAIPlugin), so importing them late there is safe.
-def _openai(name: str, base_url: str | None, key: str | None) -> Model:
+def _openai(name: str, base_url: str | None, key: str | None, provider: str = "openai") -> Model:
     from openai import AsyncOpenAI
     from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.profiles.openai import OpenAIModelProfile
     from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 
     client = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0)
-    return OpenAIChatModel(name, provider=OpenAIProvider(openai_client=client))
+    if provider == "openai":
+        return OpenAIChatModel(name, provider=OpenAIProvider(openai_client=client))
+    # Another server: the profile OpenAI-compatible APIs share, and the answer's cap in
+    # max_tokens, which Ollama, vLLM and llama.cpp all read (not OpenAI's newer field).
+    profile = OpenAIModelProfile(openai_chat_supports_max_completion_tokens=False)
+    compatible = OpenAICompatibleProvider(provider, openai_client=client, profile=profile)
+    return OpenAIChatModel(name, provider=compatible)
 
 
 def _anthropic(name: str, key: str | None) -> Model:
