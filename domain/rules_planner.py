@@ -82,7 +82,8 @@ _LABELS: dict[str, frozenset[str]] = {
 
 
 def _words(*patterns: str) -> re.Pattern[str]:
-    return re.compile(r"\b(?:" + "|".join(patterns) + r")\b", re.IGNORECASE)
+    """Whole words or phrases, matched in lower-cased text (faster than IGNORECASE)."""
+    return re.compile(r"\b(?:" + "|".join(patterns) + r")\b")
 
 
 _TEXTUAL = _words(  # in a title, these beat bug words: "Typo in an error message"
@@ -150,8 +151,7 @@ _UNCLEAR = _words(
 )
 _FEATURE_TITLE = re.compile(
     r"^\W*(?:feat(?:ure)?\W+)?(?:add|adds|adding|implement|support|introduce|create|allow|"
-    r"enable|provide|expose|build|let|offer|new)\b",
-    re.IGNORECASE,
+    r"enable|provide|expose|build|let|offer|new)\b"
 )
 _FEATURE = _words(
     r"feature(?: request)?",
@@ -186,9 +186,9 @@ _COMPLEX_WEAK = _words(  # two of these (or one in a long issue)
     r"encrypt\w*",
     r"concurren\w*",
 )
-_LOCATED = re.compile(
-    r"(?:\b[\w./-]+\.(?:py|pyi|js|jsx|ts|tsx|go|rs|java|kt|rb|php|c|cc|cpp|h|hpp|cs|swift|"
-    r"scala|sql|ya?ml|toml|json|sh)\b(?::\d+)?)|\bline \d+\b|Traceback \(most recent call last\)",
+_LOCATED = re.compile(  # a source file (path.py, path.py:12), a line number, a traceback
+    r"(?<=\w)\.(?:py|pyi|js|jsx|ts|tsx|go|rs|java|kt|rb|php|c|cc|cpp|h|hpp|cs|swift|scala|sql|"
+    r"ya?ml|toml|json|sh)\b|\bline \d+\b|traceback \(most recent call last\)"
 )
 _REASON_DESIGN = _words(  # the design itself was wrong: the architect runs (again)
     r"design",
@@ -196,7 +196,7 @@ _REASON_DESIGN = _words(  # the design itself was wrong: the architect runs (aga
     r"plan(?:s|ned)? (?:is|was) (?:wrong|missing|incomplete|unclear)",
     r"approach",
 )
-_REASON_COMPLEX = re.compile(r"(?<!not )(?<!less )\bcomplex\b", re.IGNORECASE)
+_REASON_COMPLEX = re.compile(r"(?<!not )(?<!less )\bcomplex\b")
 _REASON_INVESTIGATE = _words(
     r"unclear",
     r"investigat\w*",
@@ -207,6 +207,7 @@ _REASON_INVESTIGATE = _words(
 )
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+", re.MULTILINE)
 _LONG_BODY = 4000  # characters: a body this long describes more than one change
+_SCANNED = 8000  # characters of the body searched for words: the signal is at the top
 _MANY_ITEMS = 8  # requirement bullets
 
 
@@ -238,7 +239,7 @@ def _found(pattern: re.Pattern[str], text: str) -> list[str]:
 
 def _signals(issue: Issue) -> _Signals:
     labels = _label_kinds(issue.labels)
-    title, body = issue.title, issue.body
+    title, body = issue.title.lower(), issue.body[:_SCANNED].lower()
     text = f"{title}\n{body}"
     bug = 3 * ("bug" in labels) + 2 * bool(_BUG.search(title)) + bool(_BUG.search(body))
     feature = max(
@@ -247,7 +248,7 @@ def _signals(issue: Issue) -> _Signals:
         2 * bool(_FEATURE.search(title)),
         bool(_FEATURE.search(body)),
     )
-    big = len(body) > _LONG_BODY or len(_LIST_ITEM.findall(body)) >= _MANY_ITEMS
+    big = len(issue.body) > _LONG_BODY or len(_LIST_ITEM.findall(body)) >= _MANY_ITEMS
     complex_ = ["label " + label for label in issue.labels if _label_kinds([label]) & {"complex"}]
     complex_ += _found(_COMPLEX, text)
     weak = _found(_COMPLEX_WEAK, text)
@@ -351,12 +352,13 @@ def rules_plan(
     finished = set(done)
     if replan_reason:
         notes.append(f"Replan requested: {replan_reason.strip()[:400].rstrip('.')}.")
-        if _REASON_DESIGN.search(replan_reason):  # the plan itself was wrong: design again
+        reason = replan_reason.lower()
+        if _REASON_DESIGN.search(reason):  # the plan itself was wrong: design again
             steps = [*steps, "architect"]
             finished.discard("architect")
-        if _REASON_COMPLEX.search(replan_reason):
+        if _REASON_COMPLEX.search(reason):
             steps, scope = [*steps, "architect"], "complex"
-        if _REASON_INVESTIGATE.search(replan_reason):
+        if _REASON_INVESTIGATE.search(reason):
             steps = [*steps, "analyst"]
     skipped = [a for a in ("analyst", "architect") if a in finished and a in steps]
     if skipped:
