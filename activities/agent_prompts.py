@@ -39,7 +39,6 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError
@@ -63,7 +62,7 @@ from phasegate.domain.agent_context import (
 )
 from phasegate.domain.agents import AGENTS, AgentName, Issue, PlanStep
 from phasegate.domain.errors import DefinitionError, PhasegateError, TemplateNotFound
-from phasegate.domain.rag import RetrievalQuery
+from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
 from phasegate.temporal import application_error
 
 __all__ = [
@@ -163,7 +162,7 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
-def _standard(hit: Any) -> str:
+def _standard(hit: RetrievedChunk) -> str:
     title = " > ".join(hit.heading_path) or hit.heading or "(untitled)"
     return f"{hit.file}:{hit.line}: {title}\n\n{hit.text}"
 
@@ -245,7 +244,9 @@ class AgentPrompts:
             )
         except FileNotFoundError:
             raise TemplateNotFound(
-                "agent prompt not found", where=str(path), hint="a dangling symlink? fix it"
+                "agent prompt not found",
+                where=str(path),
+                hint="it vanished or is a dangling symlink: restore it",
             ) from None
         with self._lock:
             parsed = _parse(path, text, self._env)

@@ -325,7 +325,8 @@ class CountingIndex:
     """The real FTS index, counting searches (a retrieval backend, not a Temporal mock)."""
 
     def __init__(self, index: FtsIndex) -> None:
-        self.index, self.queries = index, []
+        self.index = index
+        self.queries: list[RetrievalQuery] = []
 
     def search(self, q: RetrievalQuery) -> list[RetrievedChunk]:
         self.queries.append(q)
