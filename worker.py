@@ -30,12 +30,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
+from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from phasegate.activities.agent_prompts import configure_agent_prompts, render_agent_prompt
+from phasegate.activities.agents import check_model, configure_models
 from phasegate.activities.definitions import DefinitionActivities
+from phasegate.activities.developer import run_coding_agent, write_dev_spec
 from phasegate.activities.metrics import MeteredVerify
 from phasegate.activities.notify import notify_webhook
+from phasegate.activities.orchestration import OrchestrationActivities
 from phasegate.activities.rag import RagActivities
 from phasegate.activities.verify import VerifyActivities
 from phasegate.domain.errors import PhasegateError
@@ -43,14 +48,14 @@ from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
 from phasegate.domain.settings import Settings, verify_task_queue
 from phasegate.domain.signing import ApproverKey
 from phasegate.temporal import connect, load_settings, metrics_runtime, shutdown_tracing
-from phasegate.workflows import GatedSession
+from phasegate.workflows import GatedSession, Orchestration
 
 __all__ = ["WORKFLOWS", "PhasegateWorkers", "build_worker", "main", "run_worker"]
 
 MAIN_ACTIVITY_THREADS = 16
 """Threads (and so concurrent activities) of ``phasegate worker``'s main worker."""
 
-WORKFLOWS: Sequence[type] = (GatedSession,)
+WORKFLOWS: Sequence[type] = (GatedSession, Orchestration)
 
 
 class _LazyRetriever:
@@ -206,6 +211,22 @@ def _main_worker(
         target_roots=settings.target_roots,
         prefetch=settings.prefetch,
     )
+    configure_models(settings.model_providers)
+    configure_agent_prompts(
+        settings.library_paths,
+        retriever=_LazyRetriever(rag),
+        context_tokens=settings.context_tokens,
+        context_k=settings.context_k,
+    )
+    orchestration = OrchestrationActivities(
+        default_models=dict(settings.models),
+        check_model=lambda agent, model: check_model(agent, model, settings),
+        approver_keys=load_approver_keys(settings.approver_keys_file),
+        allow_unsigned_approvals=settings.allow_unsigned_approvals,
+        target_roots=settings.target_roots,
+        # Where a coding agent the worker runs reaches this cluster (the client's own).
+        temporal_address=client.service_client.config.target_host,
+    )
     # Temporal's own consistency check reads the same attribute.
     threads = getattr(executor, "_max_workers", None)
     return Worker(
@@ -217,9 +238,17 @@ def _main_worker(
             definitions.render_phase,
             rag.retrieve_context,
             notify_webhook,
+            orchestration.orchestration_setup,
+            orchestration.verify_plan,
+            orchestration.store_output,
+            render_agent_prompt,
+            write_dev_spec,
+            run_coding_agent,
         ],
         activity_executor=executor,
         max_concurrent_activities=threads if isinstance(threads, int) else None,
+        # Registers the agents' model-request activities (Orchestration.__pydantic_ai_agents__).
+        plugins=[PydanticAIPlugin()],
     )
 
 

@@ -78,6 +78,7 @@ class OrchestrationActivities:
         approver_keys: The deployment's approver keys (``PHASEGATE_APPROVER_KEYS``).
         allow_unsigned_approvals: Whether decisions without a signature are accepted.
         target_roots: Folders a working directory must lie in (empty: anywhere but ``/``).
+        temporal_address: The address a coding agent the worker runs connects to.
     """
 
     def __init__(
@@ -88,7 +89,9 @@ class OrchestrationActivities:
         approver_keys: list[ApproverKey] | None = None,
         allow_unsigned_approvals: bool = False,
         target_roots: list[str] | None = None,
+        temporal_address: str = "",
     ) -> None:
+        self.temporal_address = temporal_address
         self.default_models = dict(default_models or {})
         self.check_model = check_model
         self.approver_keys = list(approver_keys or [])
@@ -146,6 +149,7 @@ class OrchestrationActivities:
             working_dir=working_dir,
             approver_keys=self.approver_keys,
             unsigned_approvals=self.allow_unsigned_approvals,
+            temporal_address=self.temporal_address,
             problems=problems,
         )
 

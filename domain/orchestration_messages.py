@@ -144,6 +144,7 @@ class OrchestrationSetup(BaseModel):
     working_dir: str
     approver_keys: list[ApproverKey] = Field(default_factory=list)
     unsigned_approvals: bool = False
+    temporal_address: str = Field("", description="Where a coding agent reaches Temporal.")
     problems: list[str] = Field(default_factory=list)
 
 

@@ -1,0 +1,527 @@
+"""``Orchestration``: a planner-driven pipeline of agents working one issue.
+
+The planner (a model, or the rules planner with no API key) writes the plan as
+data: which agents run (analyst, architect, developer, reviewer) and in what
+order. The workflow runs it step by step; every decision (next step, approvals,
+escalation, review loop, replans) is :class:`~phasegate.domain.orchestration.OrchestrationState`'s.
+
+- LLM agents run through pydantic-ai with Temporal durability: each model request
+  is an activity with retries, each output a validated pydantic model.
+- The developer works through a child ``GatedSession`` (``spec_execution_v1`` over a
+  tasks.md made from the architect's plan): its gates and verify checks decide
+  whether the work is done, never the developer's word.
+- Every replan is a continue-as-new carrying the issue, the outputs, the compacted
+  history and ``replanned_count``.
+
+Queries ``plan``, ``state``, ``history``; updates ``decide_approval`` (signed where
+approvers have keys) and ``request_replan``. The Web UI shows the plan with the
+current step marked in the workflow's current details.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from phasegate.activities.agent_prompts import render_agent_prompt
+    from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
+    from phasegate.activities.developer import (
+        CodingAgentRequest,
+        DevSpecRequest,
+        run_coding_agent,
+        write_dev_spec,
+    )
+    from phasegate.activities.orchestration import (
+        OUTPUT_INLINE_BYTES,
+        OrchestrationActivities,
+        SetupRequest,
+        StoreOutputRequest,
+    )
+    from phasegate.domain.agent_context import AgentPromptRequest, ContextSections, OutputSummary
+    from phasegate.domain.agents import (
+        AgentOutput,
+        AnalysisResult,
+        DeveloperResult,
+        PlannerDecision,
+        PlanOutput,
+        ReviewResult,
+        StepUsage,
+    )
+    from phasegate.domain.errors import OrchestrationError
+    from phasegate.domain.messages import SessionOptions, SessionSummary, StartSession
+    from phasegate.domain.orchestration import (
+        Finish,
+        NeedPlan,
+        OrchestrationState,
+        Replan,
+        RunStep,
+        Wait,
+    )
+    from phasegate.domain.orchestration_messages import (
+        HistoryEntry,
+        OrchestrationDecision,
+        OrchestrationView,
+        PlanView,
+        ReplanRequest,
+        StartOrchestration,
+        StepRecord,
+        VerifyPlanRequest,
+    )
+    from phasegate.domain.orchestration_views import details_markdown
+    from phasegate.domain.rules_planner import fixed_plan, rules_plan
+    from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
+    from phasegate.workflows.gated_session import GatedSession
+
+__all__ = ["Orchestration"]
+
+_SHORT = timedelta(seconds=30)
+_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
+_WORKFLOW_TYPE = "orchestration"
+_DEV_WORKFLOW = "spec_execution_v1"
+_EXIT_GRACE = timedelta(seconds=10)  # for the session's last answer after the agent exits
+
+
+def _error_text(err: BaseException) -> str:
+    """The innermost failure message a person can act on."""
+    cause: BaseException | None = err
+    message = str(err)
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.message:
+            message = cause.message
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    return message
+
+
+@workflow.defn
+class Orchestration:
+    """One issue worked by a planned pipeline of agents (see the module docstring)."""
+
+    __pydantic_ai_agents__ = tuple(LLM_AGENTS.values())
+
+    @workflow.init
+    def __init__(self, start: StartOrchestration) -> None:
+        info = workflow.info()  # cron and retry runs have a continued_run_id too: not ours
+        own = info.continued_run_id and not info.cron_schedule and info.retry_policy is None
+        self._forged = start.carried is not None and not own
+        self._state: OrchestrationState | None = None
+        self._lock = asyncio.Lock()
+
+    @workflow.run
+    async def run(self, start: StartOrchestration) -> OrchestrationView:
+        if self._forged:
+            raise application_error(
+                OrchestrationError(
+                    "an orchestration cannot be started with carried state: only its own "
+                    "replan (continue-as-new) hands state from one run to the next",
+                    where="carried",
+                    hint="start orchestrations with `phasegate orchestrate ISSUE.md`",
+                )
+            )
+        setup = await workflow.execute_activity_method(
+            OrchestrationActivities.orchestration_setup,
+            SetupRequest(profile=start.profile),
+            start_to_close_timeout=_SHORT,
+            retry_policy=_RETRY,
+        )
+        if setup.problems:
+            raise application_error(
+                OrchestrationError(
+                    "the profile cannot run: " + "; ".join(setup.problems),
+                    where="profile",
+                    hint="fix the profile (phasegate orchestrate ISSUE.md --profile P) and "
+                    "start again",
+                )
+            )
+        info = workflow.info()
+        self._state = state = OrchestrationState(
+            orchestration_id=info.workflow_id,
+            run_id=info.run_id,
+            issue=start.issue,
+            profile=start.profile,
+            setup=setup,
+            carried=start.carried,
+            now=workflow.now(),
+        )
+        self._working_dir = setup.working_dir
+        self._setup = setup
+        self._developer_prompt = ""
+        while True:
+            action = state.advance(workflow.now())
+            self._publish()
+            if isinstance(action, NeedPlan):
+                await self._plan()
+            elif isinstance(action, RunStep):
+                await self._run_step(action.step, action.key)
+            elif isinstance(action, Wait):
+                await workflow.wait_condition(
+                    lambda: state.awaiting is None or state.status == "failed"
+                )
+            elif isinstance(action, Replan):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    StartOrchestration(
+                        issue=start.issue, profile=start.profile, carried=action.carry
+                    )
+                )
+            elif isinstance(action, Finish):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._publish()
+                if not action.completed:
+                    raise application_error(
+                        OrchestrationError(
+                            action.reason,
+                            where=f"orchestration {info.workflow_id}",
+                            hint=f"see `phasegate plan show {info.workflow_id}` for the history",
+                        )
+                    )
+                return state.view()
+
+    # ------------------------------------------------------------------ planning
+    async def _plan(self) -> None:
+        state = self._require()
+        model = state.models.get("planner", "rules")
+        analysis = state.latest("analyst")
+        usage = StepUsage()
+        try:
+            if state.profile.orchestration_mode == "fixed":
+                decision, model = fixed_plan(), "fixed"
+            elif model == "rules":
+                decision = rules_plan(
+                    state.issue,
+                    analysis=AnalysisResult.model_validate(analysis.output)
+                    if analysis and analysis.output
+                    else None,
+                    replan_reason=state.replan_reason or None,
+                    done=[o.agent for o in state.outputs.values() if o.agent != "planner"],
+                )
+            else:
+                output, usage = await self._ask_model("planner", model, None)
+                assert isinstance(output, PlannerDecision)
+                decision = output
+        except (ActivityError, ApplicationError) as err:
+            state.refuse_plan([f"the planner ({model}) failed: {_error_text(err)}"], workflow.now())
+            return
+        claimed = (
+            list(AnalysisResult.model_validate(analysis.output).relevant_files)
+            if (analysis and analysis.output)
+            else []
+        )
+        verdict = await workflow.execute_activity_method(
+            OrchestrationActivities.verify_plan,
+            VerifyPlanRequest(
+                working_dir=self._working_dir,
+                goal=state.issue.title,
+                text="\n".join([decision.reasoning, *(s.reason for s in decision.steps)]),
+                claimed_files=claimed,
+            ),
+            start_to_close_timeout=_SHORT,
+            retry_policy=_RETRY,
+        )
+        if verdict.problems:
+            state.refuse_plan(verdict.problems, workflow.now())
+            return
+        state.set_plan(decision, workflow.now(), model=model, usage=usage)
+
+    # ------------------------------------------------------------------- steps
+    async def _run_step(self, step: StepRecord, key: str) -> None:
+        state = self._require()
+        model = "gated-session" if step.agent == "developer" else state.models[step.agent]
+        state.start_step(step, key, workflow.now(), model=model)
+        self._publish()
+        try:
+            if step.agent == "developer":
+                output, usage = await self._develop(step, key)
+            else:
+                output, usage = await self._ask_model(step.agent, model, step)
+                if isinstance(output, PlanOutput):
+                    await self._check_architect_plan(output)
+        except (ActivityError, ApplicationError, ChildWorkflowError) as err:
+            state.record_failure(step, _error_text(err), workflow.now())
+            return
+        ref = await self._store_if_large(key, output)
+        state.record_output(step, key, output, usage, workflow.now(), model=model, ref=ref)
+
+    async def _ask_model(
+        self, agent: str, model: str, step: StepRecord | None
+    ) -> tuple[AgentOutput, StepUsage]:
+        state = self._require()
+        prompt = await workflow.execute_activity(
+            render_agent_prompt,
+            AgentPromptRequest(
+                agent=agent, sections=self._sections(step), working_dir=self._working_dir
+            ),
+            start_to_close_timeout=_SHORT,
+            retry_policy=_RETRY,
+        )
+        return await run_llm_agent(
+            agent,
+            model=model,
+            instructions=prompt.instructions,
+            prompt=prompt.prompt,
+            max_tokens=state.profile.max_agent_output_tokens,
+        )
+
+    async def _check_architect_plan(self, plan: PlanOutput) -> None:
+        verdict = await workflow.execute_activity_method(
+            OrchestrationActivities.verify_plan,
+            VerifyPlanRequest(
+                working_dir=self._working_dir, goal=plan.goal, text=plan.plan_markdown
+            ),
+            start_to_close_timeout=_SHORT,
+            retry_policy=_RETRY,
+        )
+        if verdict.problems:
+            raise ApplicationError("the architect's plan failed verification: " + "; ".join(
+                verdict.problems), non_retryable=True)  # fmt: skip
+
+    def _sections(self, step: StepRecord | None) -> ContextSections:
+        state = self._require()
+        review = state.latest("reviewer")
+        comments = (
+            ReviewResult.model_validate(review.output).comments
+            if review and review.output and not review.output.get("approved", True)
+            else []
+        )
+        return ContextSections(
+            issue=state.issue,
+            outputs=[
+                OutputSummary(key=o.key, agent=o.agent, json=json.dumps(o.output)[:8000])
+                for o in state.outputs.values()
+                if o.agent != "planner"
+            ],
+            replan_request=state.replan_reason or None,
+            plan=[s.agent for s in state.steps]
+            and [{"agent": s.agent, "reason": s.reason} for s in state.steps],
+            current=step.index if step is not None else None,
+            review_comments=comments,
+        )
+
+    async def _store_if_large(self, key: str, output: AgentOutput) -> str | None:
+        data = output.model_dump(mode="json")
+        if len(json.dumps(data)) <= OUTPUT_INLINE_BYTES:
+            return None
+        return await workflow.execute_activity_method(
+            OrchestrationActivities.store_output,
+            StoreOutputRequest(
+                working_dir=self._working_dir,
+                orchestration_id=workflow.info().workflow_id,
+                key=key,
+                output=data,
+            ),
+            start_to_close_timeout=_SHORT,
+            retry_policy=_RETRY,
+        )
+
+    # --------------------------------------------------------------- developer
+    async def _develop(self, step: StepRecord, key: str) -> tuple[DeveloperResult, StepUsage]:
+        """Run the developer's gated session to completion (or to its refusal)."""
+        state = self._require()
+        info = workflow.info()
+        architect = state.latest("architect")
+        review = state.latest("reviewer")
+        attempt = int(key.rsplit("_", 1)[1]) + 1
+        spec = await workflow.execute_activity(
+            write_dev_spec,
+            DevSpecRequest(
+                working_dir=self._working_dir,
+                orchestration_id=info.workflow_id,
+                attempt=attempt,
+                issue=state.issue,
+                plan=PlanOutput.model_validate(architect.output)
+                if architect and architect.output
+                else None,
+                review_comments=ReviewResult.model_validate(review.output).comments
+                if review and review.output and not review.output.get("approved", True)
+                else [],
+            ),
+            start_to_close_timeout=_SHORT,
+            retry_policy=_RETRY,
+        )
+        child_id = f"{info.workflow_id}-dev-{state.replanned_count}-{attempt}"
+        step.child_session = child_id
+        state.child_sessions.append(child_id)
+        profile = state.profile
+        handle = await workflow.start_child_workflow(
+            GatedSession.run,
+            StartSession(
+                workflow_type=_DEV_WORKFLOW,
+                target=self._working_dir,
+                options=SessionOptions(
+                    spec_path=spec.spec_path, approvers=list(profile.approvers) or None
+                ),
+            ),
+            id=child_id,
+            task_queue=info.task_queue,
+        )
+        self._publish()
+        try:
+            if profile.developer.mode == "command":
+                summary = await self._drive(handle, child_id, spec.spec_path)
+            else:  # an outside agent drives the session; a person's replan stops the wait
+                await workflow.wait_condition(
+                    lambda: handle.done() or state.pending_replan is not None
+                )
+                if not handle.done():
+                    raise ApplicationError(
+                        f"superseded by a replan while session {child_id} was open",
+                        non_retryable=True,
+                    )
+                summary = handle.result()
+        except BaseException:
+            if not handle.done():
+                handle.cancel()
+            raise
+        return _developer_result(child_id, summary), StepUsage()
+
+    async def _drive(
+        self,
+        handle: workflow.ChildWorkflowHandle[GatedSession, SessionSummary],
+        child_id: str,
+        spec_path: str,
+    ) -> SessionSummary:
+        """Run the coding-agent CLI against the child session; the session decides."""
+        state = self._require()
+        dev = state.profile.developer
+        agent = workflow.start_activity(
+            run_coding_agent,
+            CodingAgentRequest(
+                command=dev.command,
+                working_dir=self._working_dir,
+                session_id=child_id,
+                prompt=self._developer_prompt,
+                timeout_minutes=dev.timeout_minutes,
+                temporal_address=self._setup.temporal_address or None,
+                namespace=workflow.info().namespace,
+                task_queue=workflow.info().task_queue,
+            ),
+            start_to_close_timeout=timedelta(minutes=dev.timeout_minutes + 1),
+            heartbeat_timeout=timedelta(seconds=10),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            retry_policy=RetryPolicy(maximum_attempts=2),
+        )
+        done, _ = await workflow.wait([agent, handle], return_when=asyncio.FIRST_COMPLETED)
+        if handle in done:
+            agent.cancel()
+            return handle.result()
+        ran = agent.result()
+        try:  # the session may still be answering the agent's last submission
+            await workflow.wait_condition(
+                handle.done, timeout=_EXIT_GRACE if ran.exit_code == 0 else timedelta(seconds=2)
+            )
+            return handle.result()
+        except TimeoutError:
+            pass
+        tail = ran.output_tail[-600:].strip()
+        raise ApplicationError(
+            f"the coding agent exited (code {ran.exit_code}) but its gated session {child_id} "
+            f"has not completed: the session refused to advance (see `phasegate status "
+            f"{child_id}`); the agent's last output: {tail or '(none)'}",
+            non_retryable=True,
+        )
+
+    # -------------------------------------------------------------- messages
+    @workflow.query
+    def plan(self) -> PlanView:
+        """The plan with the current step marked."""
+        return self._require().plan_view()
+
+    @workflow.query
+    def state(self) -> OrchestrationView:
+        """Status, plan, outputs, what the run waits for, usage."""
+        return self._require().view()
+
+    @workflow.query
+    def history(self) -> list[HistoryEntry]:
+        """The append-only history (plans, decisions, steps, replans)."""
+        return list(self._require().history)
+
+    @workflow.update
+    async def decide_approval(self, decision: OrchestrationDecision) -> OrchestrationView:
+        """A person's decision on the open gate (approval of a step or an escalation)."""
+        state = self._require()
+        state.apply_decision(
+            approver=decision.approver,
+            decision=decision.decision,
+            comment=decision.comment,
+            nonce=decision.nonce,
+            now=workflow.now(),
+        )
+        self._publish()
+        return state.view()
+
+    @decide_approval.validator
+    def _validate_decision(self, decision: OrchestrationDecision) -> None:
+        state = self._state
+        if state is None:
+            raise ApplicationError("the orchestration is still starting; try again", non_retryable=True)  # fmt: skip
+        problem = state.check_decision(
+            gate=decision.gate,
+            approver=decision.approver,
+            decision=decision.decision,
+            comment=decision.comment,
+            nonce=decision.nonce,
+            signature=decision.signature,
+        )
+        if problem:
+            raise ApplicationError(problem, type="approval_refused", non_retryable=True)
+
+    @workflow.update
+    async def request_replan(self, request: ReplanRequest) -> OrchestrationView:
+        """A person asks for a new plan; it runs after the current step, as a new run."""
+        state = self._require()
+        state.apply_replan_nonce(request.nonce)
+        state.request_replan(request.reason, request.requested_by, workflow.now())
+        self._publish()
+        return state.view()
+
+    @request_replan.validator
+    def _validate_replan(self, request: ReplanRequest) -> None:
+        state = self._state
+        if state is None:
+            raise ApplicationError("the orchestration is still starting; try again", non_retryable=True)  # fmt: skip
+        problem = state.check_replan(
+            actor=request.requested_by,
+            reason=request.reason,
+            nonce=request.nonce,
+            signature=request.signature,
+        )
+        if problem:
+            raise ApplicationError(problem, type="approval_refused", non_retryable=True)
+
+    # ----------------------------------------------------------------- helpers
+    def _require(self) -> OrchestrationState:
+        if self._state is None:
+            raise ApplicationError("the orchestration is still starting", non_retryable=True)
+        return self._state
+
+    def _publish(self) -> None:
+        state = self._state
+        if state is None:
+            return
+        workflow.set_current_details(details_markdown(state))
+        workflow.upsert_search_attributes(
+            [
+                SA_WORKFLOW.value_set(_WORKFLOW_TYPE),
+                SA_PHASE.value_set(min(state.cursor, len(state.steps))),
+                SA_STATUS.value_set(state.status),
+            ]
+        )
+
+
+def _developer_result(child_id: str, summary: SessionSummary) -> DeveloperResult:
+    done = summary.status == "completed"
+    return DeveloperResult(
+        session_id=child_id,
+        completed=done,
+        phases_completed=len(summary.completed_phases),
+        total_phases=summary.total_phases,
+        summary=f"gated session {child_id}: {summary.status}, "
+        f"{len(summary.completed_phases)}/{summary.total_phases} phases passed their gates",
+        confidence=1.0 if done else 0.0,
+    )
