@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from temporalio.client import WorkflowFailureError
+from orchestration_helpers import HONEST_AGENT, approving_children, start
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.agents import DeveloperProfile, Issue, Profile
-from phasegate.workflows import Orchestration
-from orchestration_helpers import HONEST_AGENT, approving_children, start
 
 TYPO = Issue(id="1", title="Fix typo in README: 'recieve' → 'receive'", labels=["docs"])
 

@@ -31,12 +31,6 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.agent_prompts import render_agent_prompt
     from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
-    from phasegate.activities.developer import (
-        CodingAgentRequest,
-        DevSpecRequest,
-        run_coding_agent,
-        write_dev_spec,
-    )
     from phasegate.activities.orchestration import (
         OUTPUT_INLINE_BYTES,
         OrchestrationActivities,
@@ -54,7 +48,6 @@ with workflow.unsafe.imports_passed_through():
         StepUsage,
     )
     from phasegate.domain.errors import OrchestrationError
-    from phasegate.domain.messages import SessionOptions, SessionSummary, StartSession
     from phasegate.domain.orchestration import (
         Finish,
         NeedPlan,
@@ -76,7 +69,8 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.orchestration_views import details_markdown
     from phasegate.domain.rules_planner import fixed_plan, rules_plan
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
-    from phasegate.workflows.gated_session import GatedSession
+
+from phasegate.workflows._developer_step import DeveloperContext, develop
 
 __all__ = ["Orchestration"]
 
@@ -290,10 +284,11 @@ class Orchestration:
         )
         return ContextSections(
             issue=state.issue,
+            # The newest output of each agent: history grows with every prompt it carries.
             outputs=[
-                OutputSummary(key=o.key, agent=o.agent, json=json.dumps(o.output)[:8000])
-                for o in state.outputs.values()
-                if o.agent != "planner"
+                OutputSummary(key=o.key, agent=o.agent, json=json.dumps(o.output))
+                for o in {o.agent: o for o in state.outputs.values()}.values()
+                if o.agent != "planner" and o.output
             ],
             replan_request=state.replan_reason or None,
             plan=[s.agent for s in state.steps]
@@ -320,109 +315,16 @@ class Orchestration:
 
     # --------------------------------------------------------------- developer
     async def _develop(self, step: StepRecord, key: str) -> tuple[DeveloperResult, StepUsage]:
-        """Run the developer's gated session to completion (or to its refusal)."""
-        state = self._require()
-        info = workflow.info()
-        architect = state.latest("architect")
-        review = state.latest("reviewer")
-        attempt = int(key.rsplit("_", 1)[1]) + 1
-        spec = await workflow.execute_activity(
-            write_dev_spec,
-            DevSpecRequest(
+        return await develop(
+            DeveloperContext(
+                state=self._require(),
                 working_dir=self._working_dir,
-                orchestration_id=info.workflow_id,
-                attempt=attempt,
-                issue=state.issue,
-                plan=PlanOutput.model_validate(architect.output)
-                if architect and architect.output
-                else None,
-                review_comments=ReviewResult.model_validate(review.output).comments
-                if review and review.output and not review.output.get("approved", True)
-                else [],
+                temporal_address=self._setup.temporal_address,
+                sections=self._sections,
+                publish=self._publish,
             ),
-            start_to_close_timeout=_SHORT,
-            retry_policy=_RETRY,
-        )
-        child_id = f"{info.workflow_id}-dev-{state.replanned_count}-{attempt}"
-        step.child_session = child_id
-        state.child_sessions.append(child_id)
-        profile = state.profile
-        handle = await workflow.start_child_workflow(
-            GatedSession.run,
-            StartSession(
-                workflow_type=_DEV_WORKFLOW,
-                target=self._working_dir,
-                options=SessionOptions(
-                    spec_path=spec.spec_path, approvers=list(profile.approvers) or None
-                ),
-            ),
-            id=child_id,
-            task_queue=info.task_queue,
-        )
-        self._publish()
-        try:
-            if profile.developer.mode == "command":
-                summary = await self._drive(handle, child_id, spec.spec_path)
-            else:  # an outside agent drives the session; a person's replan stops the wait
-                await workflow.wait_condition(
-                    lambda: handle.done() or state.pending_replan is not None
-                )
-                if not handle.done():
-                    raise ApplicationError(
-                        f"superseded by a replan while session {child_id} was open",
-                        non_retryable=True,
-                    )
-                summary = handle.result()
-        except BaseException:
-            if not handle.done():
-                handle.cancel()
-            raise
-        return _developer_result(child_id, summary), StepUsage()
-
-    async def _drive(
-        self,
-        handle: workflow.ChildWorkflowHandle[GatedSession, SessionSummary],
-        child_id: str,
-        spec_path: str,
-    ) -> SessionSummary:
-        """Run the coding-agent CLI against the child session; the session decides."""
-        state = self._require()
-        dev = state.profile.developer
-        agent = workflow.start_activity(
-            run_coding_agent,
-            CodingAgentRequest(
-                command=dev.command,
-                working_dir=self._working_dir,
-                session_id=child_id,
-                prompt=self._developer_prompt,
-                timeout_minutes=dev.timeout_minutes,
-                temporal_address=self._setup.temporal_address or None,
-                namespace=workflow.info().namespace,
-                task_queue=workflow.info().task_queue,
-            ),
-            start_to_close_timeout=timedelta(minutes=dev.timeout_minutes + 1),
-            heartbeat_timeout=timedelta(seconds=10),
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            retry_policy=RetryPolicy(maximum_attempts=2),
-        )
-        done, _ = await workflow.wait([agent, handle], return_when=asyncio.FIRST_COMPLETED)
-        if handle in done:
-            agent.cancel()
-            return handle.result()
-        ran = agent.result()
-        try:  # the session may still be answering the agent's last submission
-            await workflow.wait_condition(
-                handle.done, timeout=_EXIT_GRACE if ran.exit_code == 0 else timedelta(seconds=2)
-            )
-            return handle.result()
-        except TimeoutError:
-            pass
-        tail = ran.output_tail[-600:].strip()
-        raise ApplicationError(
-            f"the coding agent exited (code {ran.exit_code}) but its gated session {child_id} "
-            f"has not completed: the session refused to advance (see `phasegate status "
-            f"{child_id}`); the agent's last output: {tail or '(none)'}",
-            non_retryable=True,
+            step,
+            key,
         )
 
     # -------------------------------------------------------------- messages
@@ -512,16 +414,3 @@ class Orchestration:
                 SA_STATUS.value_set(state.status),
             ]
         )
-
-
-def _developer_result(child_id: str, summary: SessionSummary) -> DeveloperResult:
-    done = summary.status == "completed"
-    return DeveloperResult(
-        session_id=child_id,
-        completed=done,
-        phases_completed=len(summary.completed_phases),
-        total_phases=summary.total_phases,
-        summary=f"gated session {child_id}: {summary.status}, "
-        f"{len(summary.completed_phases)}/{summary.total_phases} phases passed their gates",
-        confidence=1.0 if done else 0.0,
-    )

@@ -1,0 +1,208 @@
+"""The developer step of an ``Orchestration`` (workflow code, deterministic).
+
+The developer works through a child ``GatedSession`` running ``spec_execution_v1``
+over a tasks.md made from the architect's plan (activity ``write_dev_spec``). Its
+gates and verify checks decide whether the work is done: a coding agent's exit
+code or its own report never completes the step.
+
+- ``command`` mode: the worker runs the profile's coding-agent CLI in the working
+  directory (activity ``run_coding_agent``, heartbeating, cancellable) while the
+  session runs; when the agent exits, the session has a short grace to answer its
+  last submission, then an incomplete session fails the step.
+- ``mcp`` mode: an outside agent (or a person) drives the session; the step waits
+  until it completes, or until a person asks for a replan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from phasegate.activities.agent_prompts import render_agent_prompt
+    from phasegate.activities.developer import (
+        CodingAgentRequest,
+        CodingAgentRun,
+        DevSpecRequest,
+        run_coding_agent,
+        write_dev_spec,
+    )
+    from phasegate.domain.agent_context import AgentPromptRequest, ContextSections
+    from phasegate.domain.agents import DeveloperResult, PlanOutput, ReviewResult, StepUsage
+    from phasegate.domain.messages import SessionOptions, SessionSummary, StartSession
+    from phasegate.domain.orchestration import OrchestrationState
+    from phasegate.domain.orchestration_messages import StepRecord
+
+from phasegate.workflows.gated_session import GatedSession
+
+__all__ = ["DEV_WORKFLOW", "DeveloperContext", "develop"]
+
+DEV_WORKFLOW = "spec_execution_v1"
+_SHORT = timedelta(seconds=30)
+_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
+_EXIT_GRACE = timedelta(seconds=10)  # for the session's answer to the agent's last submission
+_REPLAN_LINE = re.compile(r"^REPLAN:\s*(.+)$", re.MULTILINE)
+
+
+@dataclass
+class DeveloperContext:
+    """What the developer step needs from its orchestration."""
+
+    state: OrchestrationState
+    working_dir: str
+    temporal_address: str
+    sections: Callable[[StepRecord | None], ContextSections]
+    publish: Callable[[], None]
+
+
+async def develop(
+    ctx: DeveloperContext, step: StepRecord, key: str
+) -> tuple[DeveloperResult, StepUsage]:
+    """Run the developer's gated session to completion (or to its refusal)."""
+    state = ctx.state
+    info = workflow.info()
+    architect = state.latest("architect")
+    review = state.latest("reviewer")
+    attempt = int(key.rsplit("_", 1)[1]) + 1
+    spec = await workflow.execute_activity(
+        write_dev_spec,
+        DevSpecRequest(
+            working_dir=ctx.working_dir,
+            orchestration_id=info.workflow_id,
+            attempt=attempt,
+            issue=state.issue,
+            plan=PlanOutput.model_validate(architect.output)
+            if architect and architect.output
+            else None,
+            review_comments=ReviewResult.model_validate(review.output).comments
+            if review and review.output and not review.output.get("approved", True)
+            else [],
+        ),
+        start_to_close_timeout=_SHORT,
+        retry_policy=_RETRY,
+    )
+    child_id = f"{info.workflow_id}-dev-{state.replanned_count}-{attempt}"
+    step.child_session = child_id
+    state.child_sessions.append(child_id)
+    profile = state.profile
+    handle = await workflow.start_child_workflow(
+        GatedSession.run,
+        StartSession(
+            workflow_type=DEV_WORKFLOW,
+            target=ctx.working_dir,
+            options=SessionOptions(
+                spec_path=spec.spec_path, approvers=list(profile.approvers) or None
+            ),
+        ),
+        id=child_id,
+        task_queue=info.task_queue,
+    )
+    ctx.publish()
+    replan: str | None = None
+    try:
+        if profile.developer.mode == "command":
+            summary, replan = await _drive(ctx, handle, step, child_id, spec.spec_path)
+        else:  # an outside agent drives the session; a person's replan stops the wait
+            await workflow.wait_condition(lambda: handle.done() or state.pending_replan is not None)
+            if not handle.done():
+                raise ApplicationError(
+                    f"superseded by a replan while session {child_id} was open",
+                    non_retryable=True,
+                )
+            summary = handle.result()
+    except BaseException:
+        if not handle.done():
+            handle.cancel()
+        raise
+    return _result(child_id, summary, replan), StepUsage()
+
+
+async def _drive(
+    ctx: DeveloperContext,
+    handle: workflow.ChildWorkflowHandle[GatedSession, SessionSummary],
+    step: StepRecord,
+    child_id: str,
+    spec_path: str,
+) -> tuple[SessionSummary, str | None]:
+    """Run the coding-agent CLI against the child session; the session decides."""
+    dev = ctx.state.profile.developer
+    prompt = await workflow.execute_activity(
+        render_agent_prompt,
+        AgentPromptRequest(
+            agent="developer",
+            sections=ctx.sections(step),
+            working_dir=ctx.working_dir,
+            session_id=child_id,
+        ),
+        start_to_close_timeout=_SHORT,
+        retry_policy=_RETRY,
+    )
+    text = f"{prompt.instructions}\n\n{prompt.prompt}\n\nThe spec of your session: {spec_path}\n"
+    agent = workflow.start_activity(
+        run_coding_agent,
+        CodingAgentRequest(
+            command=dev.command,
+            working_dir=ctx.working_dir,
+            session_id=child_id,
+            prompt=text,
+            timeout_minutes=dev.timeout_minutes,
+            temporal_address=ctx.temporal_address or None,
+            namespace=workflow.info().namespace,
+            task_queue=workflow.info().task_queue,
+        ),
+        start_to_close_timeout=timedelta(minutes=dev.timeout_minutes + 1),
+        heartbeat_timeout=timedelta(seconds=10),
+        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        retry_policy=RetryPolicy(maximum_attempts=2),
+    )
+    done, _ = await workflow.wait([agent, handle], return_when=asyncio.FIRST_COMPLETED)
+    if handle in done:
+        agent.cancel()  # the session is over: stop the agent before anyone reads the workspace
+        with contextlib.suppress(BaseException):
+            await agent
+        return handle.result(), None
+    ran = agent.result()
+    asked = _replan_request(ran)
+    with contextlib.suppress(TimeoutError):  # the session may still answer the last submission
+        await workflow.wait_condition(
+            handle.done, timeout=_EXIT_GRACE if ran.exit_code == 0 and not asked else 2
+        )
+        return handle.result(), asked
+    if asked:
+        raise ApplicationError(f"the coding agent asked for a replan: {asked}", non_retryable=True)
+    tail = ran.output_tail[-600:].strip()
+    stopped = "timed out" if ran.timed_out else f"exited (code {ran.exit_code})"
+    raise ApplicationError(
+        f"the coding agent {stopped} but its gated session {child_id} has not completed: "
+        f"the session refused to advance (see `phasegate status {child_id}`); the agent's "
+        f"last output: {tail or '(none)'}",
+        non_retryable=True,
+    )
+
+
+def _replan_request(ran: CodingAgentRun) -> str | None:
+    """A ``REPLAN: why`` line the coding agent ended with (its prompt says how)."""
+    found = _REPLAN_LINE.findall(ran.output_tail)
+    return found[-1].strip()[:1000] if found else None
+
+
+def _result(child_id: str, summary: SessionSummary, replan: str | None) -> DeveloperResult:
+    done = summary.status == "completed"
+    return DeveloperResult(
+        session_id=child_id,
+        completed=done,
+        phases_completed=len(summary.completed_phases),
+        total_phases=summary.total_phases,
+        summary=f"gated session {child_id}: {summary.status}, "
+        f"{len(summary.completed_phases)}/{summary.total_phases} phases passed their gates",
+        confidence=1.0 if done else 0.0,
+        replan_request=replan,
+    )
