@@ -16,6 +16,7 @@ BENCHES = [
     ["concurrent_agents.py"],
     ["load.py"],
     ["fault_suite.py"],
+    ["orchestration_overhead.py"],
 ]
 
 if __name__ == "__main__":
