@@ -17,7 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.agents import Issue, Profile
 from phasegate.domain.orchestration_messages import OrchestrationView, StartOrchestration
-from phasegate.testing import register_model, unregister_model
+from phasegate.testing import Approver, register_model, unregister_model, unsigned_approver
 from phasegate.workflows import Orchestration
 
 HONEST_AGENT = [sys.executable, "-m", "phasegate.testing.coding_agent", "{prompt}"]
@@ -64,10 +64,12 @@ async def start(
 
 @contextlib.asynccontextmanager
 async def approving_children(
-    pg: PhasegateClient, handle: WorkflowHandle, approver: str = "lead"
+    pg: PhasegateClient, handle: WorkflowHandle, approve: Approver | None = None
 ) -> AsyncIterator[list[str]]:
-    """Act as the person: approve every phase of the developer's sessions that waits."""
+    """Act as the person: approve every phase of the developer's sessions that waits
+    (``approve``: e.g. ``signed_approver("lead", key_dir=...)``; default unsigned)."""
     approved: list[str] = []
+    approve = approve or unsigned_approver("lead")
 
     async def loop() -> None:
         while True:
@@ -76,7 +78,7 @@ async def approving_children(
                 for child in view.child_sessions:
                     status = await pg.status(child)
                     if status.status == "awaiting_approval":
-                        await pg.decide(child, approver=approver, decision="approve", comment="ok")
+                        await approve(pg, child, status.current_phase)
                         approved.append(f"{child}:{status.current_phase}")
             await asyncio.sleep(0.2)
 

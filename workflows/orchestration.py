@@ -20,7 +20,6 @@ current step marked in the workflow's current details.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import timedelta
 
@@ -104,7 +103,7 @@ class Orchestration:
         own = info.continued_run_id and not info.cron_schedule and info.retry_policy is None
         self._forged = start.carried is not None and not own
         self._state: OrchestrationState | None = None
-        self._lock = asyncio.Lock()
+        self._issue = start.issue
 
     @workflow.run
     async def run(self, start: StartOrchestration) -> OrchestrationView:
@@ -331,17 +330,24 @@ class Orchestration:
     @workflow.query
     def plan(self) -> PlanView:
         """The plan with the current step marked."""
-        return self._require().plan_view()
+        return self._state.plan_view() if self._state else PlanView()
 
     @workflow.query
     def state(self) -> OrchestrationView:
         """Status, plan, outputs, what the run waits for, usage."""
-        return self._require().view()
+        if self._state is None:  # the worker's checks have not answered yet
+            return OrchestrationView(
+                orchestration_id=workflow.info().workflow_id,
+                issue=self._issue,
+                status="planning",
+                plan=PlanView(),
+            )
+        return self._state.view()
 
     @workflow.query
     def history(self) -> list[HistoryEntry]:
         """The append-only history (plans, decisions, steps, replans)."""
-        return list(self._require().history)
+        return list(self._state.history) if self._state else []
 
     @workflow.update
     async def decide_approval(self, decision: OrchestrationDecision) -> OrchestrationView:
