@@ -1,0 +1,178 @@
+"""Recorded Orchestration histories replay against today's workflow code.
+
+The histories in ``tests/histories/orchestration_runs/`` (re-record them with
+``tests/histories/record_orchestration.py`` after a deliberate, compatible change)
+cover the rules planner with a developer's child session, replans by
+continue-as-new (every run of the chain), signed approval and escalation gates, a
+person's replan request, an LLM planner whose analyst's first answer did not
+validate, and a failed run. They replay with the worker's own workflow list, data
+converter and ``PydanticAIPlugin``, so the agents' model-request activities
+resolve as they do on a worker. A workflow change that is not replay-safe fails
+here (the mutant test proves this test can fail).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+from pydantic_ai.messages import ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from temporalio import workflow
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
+
+from phasegate.temporal import DATA_CONVERTER
+from phasegate.testing import register_model, unregister_model
+from phasegate.worker import WORKFLOWS
+from phasegate.workflows import Orchestration
+
+with workflow.unsafe.imports_passed_through():
+    from phasegate.activities.agents import run_llm_agent
+    from phasegate.domain.agents import AgentOutput, StepUsage
+    from phasegate.domain.orchestration_messages import (
+        OrchestrationView,
+        StartOrchestration,
+        StepRecord,
+    )
+
+RUNS = Path(__file__).resolve().parent / "histories" / "orchestration_runs"
+HISTORIES = sorted(RUNS.glob("*.json"))
+_TEST_MODEL = re.compile(r"test:([A-Za-z0-9][A-Za-z0-9._-]{0,63})")
+
+
+def load(path: Path) -> WorkflowHistory:
+    """A recorded history; files are ``<scenario>--<workflow id>.json``."""
+    return WorkflowHistory.from_json(path.stem.split("--", 1)[1], path.read_text())
+
+
+def replayer(*workflows: type) -> Replayer:
+    """A replayer set up as ``phasegate worker`` sets up its worker."""
+    return Replayer(
+        workflows=list(workflows or WORKFLOWS),
+        data_converter=DATA_CONVERTER,
+        plugins=[PydanticAIPlugin()],
+    )
+
+
+def _never_called(messages: list[Any], info: AgentInfo) -> ModelResponse:
+    raise AssertionError("a replay never calls a model: the answers are in the history")
+
+
+@contextlib.contextmanager
+def recorded_models(history: WorkflowHistory) -> Iterator[list[str]]:
+    """Register the ``test:KEY`` models the history's input names (workflow code builds
+    them by id); replay takes their answers from the recorded activities."""
+    start = history.events[0].workflow_execution_started_event_attributes
+    text = "".join(p.data.decode() for p in start.input.payloads)
+    found = sorted(set(_TEST_MODEL.findall(text)))
+    for key in found:
+        register_model(key, FunctionModel(_never_called))
+    try:
+        yield found
+    finally:
+        for key in found:
+            unregister_model(key)
+
+
+def test_the_recorded_scenarios_are_all_there():
+    names = {p.stem.split("--", 1)[0] for p in HISTORIES}
+    expected = {
+        "trivial_rules",
+        "trivial_rules_child",
+        "replan_run1",
+        "replan_run2",
+        "gates_run1",
+        "gates_run2",
+        "llm_planner_run1",
+        "llm_planner_run2",
+        "failed",
+    }
+    assert expected <= names, (
+        f"missing {expected - names}: run tests/histories/record_orchestration.py"
+    )
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem.split("--", 1)[0])
+async def test_recorded_orchestration_replays(path: Path):
+    history = load(path)
+    with recorded_models(history):
+        result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+
+
+def test_the_histories_cover_what_they_claim():
+    """Each scenario holds the events it is named for (a re-recording that silently
+    changed course would otherwise still pass)."""
+    kinds: dict[str, set[str]] = {}
+    for path in HISTORIES:
+        seen: set[str] = set()
+        for ev in load(path).events:
+            seen.add(ev.WhichOneof("attributes") or "")
+            if ev.HasField("activity_task_scheduled_event_attributes"):
+                seen.add(ev.activity_task_scheduled_event_attributes.activity_type.name)
+        kinds[path.stem.split("--", 1)[0]] = seen
+    continued = "workflow_execution_continued_as_new_event_attributes"
+    for chain in ("replan_run1", "gates_run1", "llm_planner_run1"):
+        assert continued in kinds[chain], chain
+    assert "start_child_workflow_execution_initiated_event_attributes" in kinds["trivial_rules"]
+    assert "run_coding_agent" in kinds["replan_run2"]
+    assert "workflow_execution_update_accepted_event_attributes" in kinds["gates_run1"]
+    assert "workflow_execution_failed_event_attributes" in kinds["failed"]
+    assert "agent__phasegate_planner__model_request" in kinds["llm_planner_run2"]
+    updates = _updates(load(next(p for p in HISTORIES if p.stem.startswith("gates_run1"))))
+    assert updates == ["decide_approval", "request_replan"], updates
+
+
+def _updates(history: WorkflowHistory) -> list[str]:
+    return [
+        ev.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        for ev in history.events
+        if ev.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+
+
+# A workflow change that is not replay-safe: the model is called without rendering
+# the prompt first (one activity fewer per step). Same workflow type name.
+@workflow.defn(name="Orchestration", sandboxed=False)  # a test module: no sandbox re-import
+class _SkipsPromptRendering(Orchestration):
+    async def _ask_model(
+        self, agent: str, model: str, step: StepRecord | None
+    ) -> tuple[AgentOutput, StepUsage]:
+        return await run_llm_agent(agent, model=model, instructions="", prompt="", max_tokens=100)
+
+    @workflow.run
+    async def run(self, start: StartOrchestration) -> OrchestrationView:
+        return await super().run(start)
+
+
+@workflow.defn(name="Orchestration", sandboxed=False)
+class _Unchanged(Orchestration):
+    """The control: the same code, defined the way the mutant is."""
+
+    @workflow.run
+    async def run(self, start: StartOrchestration) -> OrchestrationView:
+        return await super().run(start)
+
+
+@pytest.mark.parametrize(
+    ("variant", "safe"),
+    [(_Unchanged, True), (_SkipsPromptRendering, False)],
+    ids=["same", "mutant"],
+)
+async def test_a_non_deterministic_change_fails_replay(variant: type, safe: bool):
+    path = next(p for p in HISTORIES if p.stem.startswith("llm_planner_run1"))
+    history = load(path)
+    others = [w for w in WORKFLOWS if w is not Orchestration]
+    with recorded_models(history):
+        if safe:
+            await replayer(*others, variant).replay_workflow(history)
+        else:
+            with pytest.raises(NondeterminismError):
+                await replayer(*others, variant).replay_workflow(history)
