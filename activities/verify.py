@@ -5,22 +5,21 @@ checks that ``domain.verify.parse_checks`` validated when the gate loaded);
 evidence is only ever text substituted into one argv element, path, pattern or
 value, each checked against its slot first (``domain/verify_contain.py``:
 ``| path`` resolved inside the workspace with symlinks followed, no option or
-``@file`` values). Commands run as ``activities/_verify_run.py`` describes: no
-shell, a scrubbed environment with a scratch ``HOME``, interpreters the
-workspace cannot shadow, a process group killed on timeout, on cancellation,
-when the command exits and when the worker dies. Messages and excerpts are
-redacted of key material and of the worker's scrubbed values before they
-leave. Every check yields a :class:`VerifyResult`; a broken check or a refused
-value is a failed result, never an exception. The runners work outside an
-activity too (tests, CLI): heartbeats are skipped. The activity does not care
-which task queue it is registered on.
+``@file`` values), or, for ``files_exist``, a bounded list of paths each checked
+like a ``| path`` that must also be relative. Commands run as
+``activities/_verify_run.py`` describes: no shell, a scrubbed environment with a
+scratch ``HOME``, interpreters the workspace cannot shadow, a process group
+killed on timeout, on cancellation, when the command exits and when the worker
+dies. Messages and excerpts are redacted of key material and of the worker's
+scrubbed values before they leave. Every check yields a :class:`VerifyResult`;
+a broken check or a refused value is a failed result, never an exception. The
+runners work outside an activity too (tests, CLI): heartbeats are skipped. The
+activity does not care which task queue it is registered on.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import operator
 import os
 import re
 import shlex
@@ -35,6 +34,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from phasegate.activities._verify_json import compare, follow
 from phasegate.activities._verify_run import (
     HEARTBEAT_SECONDS,
     CheckFailed,
@@ -47,6 +47,7 @@ from phasegate.domain.verify import (
     CommandCheck,
     FileContainsCheck,
     FileExistsCheck,
+    FilesExistCheck,
     GitChangedCheck,
     GlobCountCheck,
     JsonValueCheck,
@@ -63,6 +64,7 @@ from phasegate.domain.verify_contain import (
     check_environment,
     redact,
     scrubbed_values,
+    typed_value,
     validate_pass_env,
 )
 
@@ -346,13 +348,95 @@ class _Run:
         listing = excerpt("\n".join(sorted(changed)), self.limit)
         return self.result(check, len(changed) >= check.min_files, message, excerpt=listing)
 
+    def _files_exist(self, check: FilesExistCheck) -> VerifyResult:
+        ref = f"evidence.{check.evidence_field}"
+        listed = self.req.evidence.get(check.evidence_field)
+        if listed is None or listed == []:
+            raise CheckFailed(f"{ref} is missing or empty; list the files you changed")
+        if not isinstance(listed, list):
+            raise CheckFailed(f'{ref} is a {type(listed).__name__}, not a list of paths; '
+                              'send e.g. ["src/app.py", "tests/test_app.py"]')  # fmt: skip
+        if len(listed) > check.max_files:
+            raise CheckFailed(f"{ref} lists {len(listed)} paths; the gate checks at most "
+                              f"{check.max_files}: list the files you changed, not whole "
+                              "generated trees")  # fmt: skip
+        problems, absent, found, last = [], [], [], time.monotonic()
+        for i, value in enumerate(listed):
+            if time.monotonic() - last >= HEARTBEAT_SECONDS:
+                heartbeat({"files_exist": ref, "checked": i})
+                last = time.monotonic()
+            try:
+                rel = typed_value(f"{ref}[{i}]", value, "path", "path", self.relative)
+                path = self.workspace / rel
+                is_file, is_dir = path.is_file(), path.is_dir()
+            except EvidenceRefused as exc:
+                problems.append(f"{exc.ref} = {_clip(repr(value), 80)} is refused: {exc.reason}")
+                continue
+            except OSError as exc:
+                problems.append(f"{ref}[{i}] = {_clip(repr(value), 80)} cannot be read: {exc}")
+                continue
+            if is_file:
+                found.append(rel)
+            elif is_dir:
+                problems.append(f"{rel} is a directory (list the files in it you changed)")
+            else:
+                absent.append(rel)
+        deleted, why = self.deleted() if absent else (set(), "")
+        missing = [rel for rel in absent if rel not in deleted]
+        if missing:
+            problems.append(f"{_clip(', '.join(missing), 600)} "
+                            f"{'does' if len(missing) == 1 else 'do'} not exist{why}")  # fmt: skip
+        gone = [rel for rel in absent if rel in deleted]
+        listing = excerpt("\n".join([*found, *(f"{rel} (deleted)" for rel in gone)]), self.limit)
+        if problems:
+            message = f"{ref} names paths that are not files in the workspace: "
+            message += "; ".join(_clip(p, 700) for p in problems[:10])
+            message += f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+            message += ". List only the files you created, modified or deleted, as paths "
+            message += "relative to the workspace (e.g. src/app.py)"
+            return self.result(check, False, message, excerpt=listing)
+        message = f"all {len(listed)} path(s) in {ref} are files in the workspace"
+        if gone:
+            message += f" or deleted since the session began ({_clip(', '.join(gone), 300)})"
+        return self.result(check, True, message, excerpt=listing)
+
+    def relative(self, text: str) -> str:
+        """A listed path, relative to the workspace, resolved inside it (symlinks followed)."""
+        if os.path.isabs(text) or text.startswith("~"):
+            raise ValueError("it is an absolute path")
+        return self.contained(text, self.workspace)
+
+    def deleted(self) -> tuple[set[str], str]:
+        """Paths git reports deleted (renames count: no rename detection) between the
+        session's base commit (else HEAD) and the working tree, relative to the workspace;
+        and, for a path missing without that, why a deletion cannot be confirmed."""
+        base = self.req.base_commit
+        try:
+            found = _git(
+                self.workspace, "rev-parse", "--verify", "-q", f"{base or 'HEAD'}^{{commit}}"
+            )
+            if found.returncode != 0:
+                why = "is not a git repository" if found.returncode != 1 else "has no commits yet"
+                if base is not None and found.returncode == 1:
+                    why = f"lacks the session's base commit {base[:12]}"
+                return set(), f" (the workspace {why}, so no deletion can be confirmed)"
+            done = _git(self.workspace, "diff", "--no-renames", "--name-only", "--relative",
+                        "--diff-filter=D", "-z", found.stdout.strip(), "--")  # fmt: skip
+        except CheckFailed as exc:
+            return set(), f" ({exc}: a deletion cannot be confirmed)"
+        if done.returncode != 0:
+            return set(), f" (`git diff` failed: {_clip(done.stderr.strip(), 200)})"
+        since = f"{base[:12]}, when the session began" if base else "HEAD"
+        gone = {name for name in done.stdout.split("\0") if name}
+        return gone, f" (and git reports no such deletion since {since})"
+
     def _json_value(self, check: JsonValueCheck) -> VerifyResult:
         rel, text = self.read(check)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CheckFailed(f"{rel} is not valid JSON: {exc}") from None
-        actual = _follow(data, check.field, rel)
+        actual = follow(data, check.field, rel)
         if check.evidence_field is not None:
             expected = self.req.evidence.get(check.evidence_field)
             if expected is None:
@@ -361,7 +445,7 @@ class _Run:
         else:
             expected = self.value(check.value, "value")
             what = repr(expected)
-        ok = _compare(actual, check.op, expected)
+        ok = compare(actual, check.op, expected)
         if ok is None:
             raise CheckFailed(f"{rel} {check.field} = {_clip(repr(actual), 80)} cannot be compared "
                           f"with {check.op} {what}: not numbers")  # fmt: skip
@@ -393,49 +477,6 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         raise CheckFailed("git is not installed on the worker; install git") from None
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"`git {args[0]}` took longer than {_GIT_TIMEOUT:g}s") from None
-
-
-# --------------------------------------------------------------------------- json
-
-
-def _follow(data: Any, dotted: str, rel: str) -> Any:
-    node = data
-    for depth, part in enumerate(dotted.split(".")):
-        where = ".".join(dotted.split(".")[:depth]) or "the top level"
-        if isinstance(node, dict):
-            if part not in node:
-                keys = ", ".join(map(str, list(node)[:10])) or "none"
-                raise CheckFailed(f"{rel}: {where} has no key {part!r} (keys: {keys})")
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit():
-            if int(part) >= len(node):
-                raise CheckFailed(f"{rel}: {where} has {len(node)} item(s), no index {part}")
-            node = node[int(part)]
-        else:
-            kind = type(node).__name__
-            raise CheckFailed(f"{rel}: cannot look up {part!r} in {where}, which is a {kind}")
-    return node
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        with contextlib.suppress(ValueError):
-            return float(value)
-    return None
-
-
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq, "!=": operator.ne, ">=": operator.ge,
-    ">": operator.gt, "<=": operator.le, "<": operator.lt,
-}  # fmt: skip
-
-
-def _compare(actual: Any, op: str, expected: Any) -> bool | None:
-    """Numbers (and numeric strings) compare numerically; None when it cannot compare."""
-    a, b = _number(actual), _number(expected)
-    if a is not None and b is not None:
-        return _OPS[op](a, b)
-    return _OPS[op](actual, expected) if op in ("==", "!=") else None
 
 
 def _clip(text: str, limit: int) -> str:

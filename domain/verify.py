@@ -7,8 +7,8 @@ pass" when they do not. This module holds the models and the pure helpers:
 file and ``verify[i].<field>``) and returns typed checks, one model per
 ``kind`` (:data:`VerifyCheck`, a discriminated union); gates, the workflow and
 the activity pass those typed checks around (:data:`VerifyChecks`).
-:func:`render` fills the restricted templates, :func:`excerpt` trims captured
-output.
+:func:`render` (``domain/verify_template.py``) fills the restricted templates,
+:func:`excerpt` trims captured output.
 
 Templates: ``{{ evidence.<field> }}``, ``{{ session.id }}`` and
 ``{{ session.target }}`` are the only references allowed, and only in the
@@ -16,7 +16,9 @@ fields listed in :data:`TEMPLATED_FIELDS`; a reference may declare a type,
 ``{{ evidence.test_path | path }}`` (``path``, ``name`` or ``int``). A value is
 substituted as text into the one string it appears in: an argv element stays
 one argument (no shell), and inside a regex or glob the value is escaped, so it
-matches literally.
+matches literally. One check reads evidence without a template:
+``files_exist`` takes each item of an evidence list as a path (``| path`` rules,
+and relative to the workspace).
 
 What evidence can do to a check (ARCHITECTURE.md "Who can do what"): nothing
 beyond filling those slots, at levels 1-3 alike, because the checks come from
@@ -33,8 +35,7 @@ OS user, not by this module (docs/sealed-verify.md).
 from __future__ import annotations
 
 import difflib
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -49,7 +50,8 @@ from pydantic import (
 
 from phasegate.domain.errors import GateDefinitionError
 from phasegate.domain.regex import check_regex
-from phasegate.domain.verify_contain import ARG_TYPES, Slot, typed_value
+from phasegate.domain.verify_contain import Slot
+from phasegate.domain.verify_template import TEMPLATE_HINT, render, template_refs, typed_refs
 
 __all__ = [
     "CHECK_MODELS",
@@ -58,6 +60,7 @@ __all__ = [
     "CommandCheck",
     "FileContainsCheck",
     "FileExistsCheck",
+    "FilesExistCheck",
     "GitChangedCheck",
     "GlobCountCheck",
     "JsonValueCheck",
@@ -158,6 +161,21 @@ class GitChangedCheck(_Check):
     min_files: int = Field(1, ge=0)
 
 
+class FilesExistCheck(_Check):
+    """Every path an evidence list names is a file in the workspace, or, in a git
+    workspace, one git reports deleted (or renamed away) since the session began.
+
+    Each item follows the ``| path`` rules and must be relative to the workspace;
+    a list longer than ``max_files`` fails.
+    """
+
+    kind: Literal["files_exist"]
+    evidence_field: str = Field(
+        pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="The evidence list, e.g. files_changed."
+    )
+    max_files: int = Field(1000, ge=1, le=10_000, description="Most paths the list may hold.")
+
+
 class JsonValueCheck(_Check):
     """A value in a JSON file compares with ``op`` to ``value`` or to an evidence field."""
 
@@ -175,6 +193,7 @@ VerifyCheck = Annotated[
     | GlobCountCheck
     | FileContainsCheck
     | GitChangedCheck
+    | FilesExistCheck
     | JsonValueCheck,
     Field(discriminator="kind"),
 ]
@@ -215,6 +234,7 @@ CHECK_MODELS: dict[str, type[_Check]] = {
     "glob_count": GlobCountCheck,
     "file_contains": FileContainsCheck,
     "git_changed": GitChangedCheck,
+    "files_exist": FilesExistCheck,
     "json_value": JsonValueCheck,
 }
 
@@ -225,6 +245,7 @@ TEMPLATED_FIELDS: dict[str, tuple[str, ...]] = {
     "glob_count": ("pattern",),
     "file_contains": ("path", "pattern"),
     "git_changed": ("paths",),
+    "files_exist": (),
     "json_value": ("path", "value"),
 }
 
@@ -268,99 +289,6 @@ class VerifyReport(BaseModel):
 
     results: list[VerifyResult] = Field(default_factory=list)
     passed: bool = Field(description="True when every check passed.")
-
-
-# --------------------------------------------------------------------------- templates
-
-_TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
-_REFERENCE = re.compile(
-    r"^\s*(evidence\.[A-Za-z][A-Za-z0-9_]*|session\.(?:id|target))\s*(?:\|\s*(\S*)\s*)?$"
-)
-_TEMPLATE_HINT = (
-    "use {{ evidence.<field> }}, {{ session.id }} or {{ session.target }}, optionally typed: "
-    "{{ evidence.<field> | path }} (or | name, | int)"
-)
-
-
-def template_refs(text: str) -> list[str]:
-    """The references in ``text``, e.g. ``["evidence.coverage"]`` (types left off).
-
-    Args:
-        text: A string from a check.
-
-    Returns:
-        The references in order of appearance.
-
-    Raises:
-        ValueError: A ``{{ ... }}`` holds anything but an allowed reference (with
-            an optional ``| path``/``| name``/``| int``), or the text has
-            ``{%``/``{#`` blocks or an unclosed ``{{``.
-    """
-    return [ref for ref, _ in _typed_refs(text)]
-
-
-def _typed_refs(text: str) -> list[tuple[str, str | None]]:
-    refs = []
-    for match in _TEMPLATE.finditer(text):
-        ref = _REFERENCE.match(match.group(1))
-        if ref is None:
-            raise ValueError(f"unsupported template reference {match.group(0)!r}")
-        if ref.group(2) is not None and ref.group(2) not in ARG_TYPES:
-            raise ValueError(
-                f"unsupported template reference {match.group(0)!r}: unknown type "
-                f"{ref.group(2)!r} (types: {', '.join(ARG_TYPES)})"
-            )
-        refs.append((ref.group(1), ref.group(2)))
-    rest = _TEMPLATE.sub("", text)
-    for token in ("{{", "}}", "{%", "{#"):
-        if token in rest:
-            raise ValueError(f"unsupported template syntax {token!r} (only {{{{ ... }}}})")
-    return refs
-
-
-def render(
-    text: str,
-    evidence: Mapping[str, Any],
-    session: Mapping[str, str],
-    *,
-    quote: Callable[[str], str] | None = None,
-    slot: Slot = "text",
-    resolve_path: Callable[[str], str] | None = None,
-) -> tuple[str, list[str]]:
-    """Fill the references in ``text`` (already checked by :func:`parse_checks`).
-
-    Args:
-        text: A templated string from a check.
-        evidence: The submitted evidence.
-        session: ``{"id": ..., "target": ...}``.
-        quote: Applied to each substituted value (``re.escape`` for a regex).
-        slot: Where the text lands (``"argv"``, ``"path"`` or ``"text"``): decides
-            the rule an untyped value must meet (``verify_contain.typed_value``).
-        resolve_path: Resolves a ``| path`` value inside the workspace.
-
-    Returns:
-        The text, and the references that had no value (missing, null or
-        empty); when that list is not empty the text must not be used.
-
-    Raises:
-        EvidenceRefused: A value breaks its slot's rule or declared type.
-    """
-    missing: list[str] = []
-
-    def fill(match: re.Match[str]) -> str:
-        ref = _REFERENCE.match(match.group(1))
-        if ref is None:  # not validated: leave it, report it
-            missing.append(match.group(0))
-            return match.group(0)
-        scope, _, name = ref.group(1).partition(".")
-        value = (evidence if scope == "evidence" else session).get(name)
-        if value is None or value == "":
-            missing.append(ref.group(1))
-            return ""
-        text_value = typed_value(ref.group(1), value, ref.group(2), slot, resolve_path)
-        return quote(text_value) if quote else text_value
-
-    return _TEMPLATE.sub(fill, text), missing
 
 
 # --------------------------------------------------------------------------- parsing
@@ -455,9 +383,9 @@ def _check_templates(check: _Check, source: str, path: str, known: set[str] | No
                     raise _error(source, where, f"templates are not allowed in {key}", hint)
                 continue
             try:
-                refs = _typed_refs(text)
+                refs = typed_refs(text)
             except ValueError as exc:
-                raise _error(source, where, str(exc), _TEMPLATE_HINT) from None
+                raise _error(source, where, str(exc), TEMPLATE_HINT) from None
             for ref, kind in refs:
                 if kind == "path" and key not in PATH_FIELDS:
                     hint = "| path is for argv, path and paths; use | name or no type here"

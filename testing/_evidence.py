@@ -13,7 +13,14 @@ from phasegate.domain.errors import ExpressionError
 from phasegate.domain.expressions import compile_expression
 from phasegate.domain.messages import GateField, PhaseView
 
-__all__ = ["KNOWN_GOOD", "complete_evidence", "example_evidence", "known_good", "workspace_for"]
+__all__ = [
+    "KNOWN_GOOD",
+    "SPEC_EXAMPLE_FILES",
+    "complete_evidence",
+    "example_evidence",
+    "known_good",
+    "workspace_for",
+]
 
 
 def example_evidence(view: PhaseView) -> dict[str, Any]:
@@ -137,12 +144,29 @@ def known_good(workflow_type: str) -> dict[int | str, Evidence]:
         ) from None
 
 
+#: The files the dynamic phases of spec_execution_v1 show in their example evidence
+#: (``files_changed``); their gate checks each one is a file in the workspace.
+SPEC_EXAMPLE_FILES = {
+    "src/example.py": "def example() -> int:\n    return 1\n",
+    "tests/test_example.py": (
+        "from src.example import example\n\n\ndef test_example():\n    assert example() == 1\n"
+    ),
+}
+
+
 def workspace_for(workflow_type: str, root: str | Path) -> Path:
     """A workspace the shipped workflow's verify checks accept with its known-good
-    evidence (test_generation_v3 runs ``python3 -m pytest tests``: put an interpreter
-    with pytest first on PATH). Returns the workspace folder (created)."""
+    evidence: for spec_execution_v1, the files its dynamic phases' example lists
+    (:data:`SPEC_EXAMPLE_FILES`; copy the spec in too: a spec is read from inside the
+    target); for test_generation_v3, tests that pass (it runs ``python3 -m pytest
+    tests``: put an interpreter with pytest first on PATH). Returns the workspace
+    folder (created)."""
     ws = Path(root) / f"{workflow_type}-workspace"
     ws.mkdir(parents=True, exist_ok=True)
+    if workflow_type == "spec_execution_v1":
+        for rel, text in SPEC_EXAMPLE_FILES.items():
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_text(text, encoding="utf-8")
     if workflow_type == "test_generation_v3":
         tests = ws / "tests"
         tests.mkdir(exist_ok=True)

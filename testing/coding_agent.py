@@ -3,7 +3,7 @@
 Run by an orchestration's developer step (``profile.developer.command``) in place of a
 real coding agent, in tests and demos::
 
-    python -m phasegate.testing.coding_agent [--phantom] [--spec TASKS_MD] [PROMPT]
+    python -m phasegate.testing.coding_agent [--phantom | --phantom-files] [--spec TASKS_MD] [PROMPT]
 
 It drives the session named by ``PHASEGATE_SESSION`` through
 :class:`~phasegate.client.api.PhasegateClient`, with the settings of the environment
@@ -22,6 +22,10 @@ It drives the session named by ``PHASEGATE_SESSION`` through
   phase done without doing it (every task listed, tests "passing", no file changed),
   prints ``all tasks done`` and exits 0 whatever the session answered. The gate
   refuses, and the session's status says why.
+- **--phantom-files**: the same phantom, but it sends the phase's documented example
+  as is, so its ``files_changed`` names files never written (``src/example.py``, ...):
+  the evidence passes the schema, and the gate's ``files_exist`` check refuses it,
+  naming each missing file.
 
 Exit codes: 0 the session completed (or the phantom is done), 1 a gate refused honest
 evidence, 2 the session or its settings cannot be used, 3 no approval came in time.
@@ -83,7 +87,8 @@ class _Agent:
             if isinstance(view, SequenceViolation):
                 _say(view.message)
                 return 2
-            if self.args.phantom and "tasks_completed" in view.gate.fields:
+            phantom = self.args.phantom or self.args.phantom_files
+            if phantom and "tasks_completed" in view.gate.fields:
                 await self._claim_done(view)
                 print("all tasks done", flush=True)
                 return 0
@@ -192,13 +197,17 @@ class _Agent:
         }
 
     async def _claim_done(self, view: PhaseView) -> None:
-        """The phantom: every task claimed, nothing done (so no file changed)."""
-        evidence = {
+        """The phantom: every task claimed, nothing done; no file changed, or (with
+        ``--phantom-files``) the phase's example sent as is, naming files never written."""
+        evidence: dict[str, Any] = {
             "tasks_completed": [t.id for t in view.tasks],
             "tests_passing": True,
             "files_changed": [],
             "summary": "all tasks done",
         }
+        if self.args.phantom_files:
+            evidence = complete_evidence(example_evidence(view), view)
+            evidence.setdefault("files_changed", ["src/example.py"])
         try:
             await self.pg.submit(self.sid, view.phase, evidence)
         except PhasegateError:
@@ -223,7 +232,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Scripted coding agent: completes the session in PHASEGATE_SESSION.",
     )
     parser.add_argument("prompt", nargs="?", default="", help="What the agent is told.")
-    parser.add_argument("--phantom", action="store_true", help="Claim done without the work.")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--phantom", action="store_true", help="Claim done without the work.")
+    mode.add_argument(
+        "--phantom-files",
+        action="store_true",
+        help="Claim done without the work, listing files that were never written.",
+    )
     parser.add_argument("--spec", help="The spec's tasks.md (default: from the prompt).")
     parser.add_argument(
         "--approval-wait", type=float, default=900.0, help="Seconds to wait for a person."
@@ -248,7 +263,8 @@ async def _main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the agent; returns the exit code (see the module docstring)."""
     args = _parser().parse_args(argv)
-    _say(f"{'phantom' if args.phantom else 'honest'} agent, session "
+    mode = "phantom" if args.phantom or args.phantom_files else "honest"
+    _say(f"{mode} agent, session "
          f"{os.environ.get('PHASEGATE_SESSION', '-')}")  # fmt: skip
     return asyncio.run(_main(args))
 

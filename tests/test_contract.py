@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -40,7 +41,7 @@ def _evidence(view: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "workflow_type, options",
     [
-        ("spec_execution_v1", {"spec_path": str(SPEC)}),
+        ("spec_execution_v1", {}),  # spec_path: set below, inside the workspace
         ("test_generation_v3", {}),
         ("production_code_v2", {}),
     ],
@@ -50,6 +51,12 @@ async def test_external_program_completes_each_shipped_workflow(
 ):
     settings = settings_for()
     target = str(SPEC)
+    if workflow_type == "spec_execution_v1":
+        # Its dynamic gates check each path in files_changed is a file in the workspace:
+        # the example's files must exist. A spec is read from inside the target.
+        ws = workspace_for(workflow_type, tmp_path)
+        shutil.copytree(SPEC, ws / "spec")
+        target, options = str(ws), {"spec_path": str(ws / "spec")}
     if workflow_type == "test_generation_v3":
         # Its gates check the workspace: the test files named in the examples must exist
         # and the tests must really pass (run with this virtualenv's python3).

@@ -11,7 +11,7 @@ import pytest
 
 from phasegate.activities.tasks_parser import parse_tasks_md
 from phasegate.domain.messages import PhaseView, SessionOptions
-from phasegate.testing import ScriptedAgent, known_good, unsigned_approver
+from phasegate.testing import ScriptedAgent, known_good, unsigned_approver, workspace_for
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "tasks" / "real"
 FILES = [
@@ -25,11 +25,13 @@ FILES = [
 @pytest.mark.parametrize("name", FILES)
 async def test_a_real_spec_walks_to_completion(session_env, tmp_path, name):
     pg, _ = session_env
-    spec = tmp_path / name  # a spec is read from inside the session's target
+    # The files the dynamic phases' example lists exist there (their gate checks).
+    target = workspace_for("spec_execution_v1", tmp_path)
+    spec = target / name  # a spec is read from inside the session's target
     shutil.copyfile(REAL / name, spec)
     parsed = parse_tasks_md(spec.read_text(encoding="utf-8"), source=name)
     sid = await pg.start(
-        "spec_execution_v1", str(tmp_path), options=SessionOptions(spec_path=str(spec))
+        "spec_execution_v1", str(target), options=SessionOptions(spec_path=str(spec))
     )
     status = await pg.status(sid)
     assert status.total_phases == 1 + len(parsed.phases)

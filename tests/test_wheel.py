@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from phasegate.client.devserver import free_port
+from phasegate.testing import workspace_for
 
 REPO = Path(__file__).resolve().parent.parent
 GENERIC = ("client", "domain", "workflows", "activities", "worker", "testing", "temporal")
@@ -93,7 +94,8 @@ def test_installed_phasegate_runs_a_session_outside_the_checkout(
 ) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    spec = elsewhere / "todo-api"
+    target = workspace_for("spec_execution_v1", elsewhere)  # the files its gates check
+    spec = target / "todo-api"
     shutil.copytree(REPO / "examples" / "specs" / "todo-api", spec)
     python, phasegate = str(installed / "python"), str(installed / "phasegate")
 
@@ -134,7 +136,7 @@ def test_installed_phasegate_runs_a_session_outside_the_checkout(
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         started = run(
-            phasegate, "start", "spec_execution_v1", str(spec), "--spec", str(spec), "--json",
+            phasegate, "start", "spec_execution_v1", str(target), "--spec", str(spec), "--json",
             TEMPORAL_ADDRESS=address,
         )  # fmt: skip
         assert started.returncode == 0, started.stdout + started.stderr
