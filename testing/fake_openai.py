@@ -9,7 +9,9 @@ the answers it should get, one per request, in order:
 - :meth:`~FakeOpenAI.malformed`: the same, with arguments that are not valid JSON;
 - :meth:`~FakeOpenAI.text`: a plain assistant message;
 - :meth:`~FakeOpenAI.error`: an HTTP error (``429`` with ``Retry-After``, ``500``,
-  ``401``...) in OpenAI's error shape.
+  ``401``...) in OpenAI's error shape;
+- :meth:`~FakeOpenAI.hang`: no answer at all until :meth:`~FakeOpenAI.release`, then
+  the connection closes unanswered: a request in flight (kill the worker meanwhile).
 
 Every answer carries ``usage`` (prompt and completion tokens you choose). Every
 request is recorded in :attr:`~FakeOpenAI.requests` (path, headers, JSON body), so a
@@ -50,7 +52,7 @@ CHAT_PATH = "/v1/chat/completions"
 class FakeReply:
     """One scripted answer: an HTTP status, a JSON body and extra headers."""
 
-    kind: str  # tool_call | malformed | text | error
+    kind: str  # tool_call | malformed | text | error | hang
     status: int = 200
     arguments: str | None = None  # tool-call arguments as sent (maybe not JSON)
     tool_name: str | None = None  # None: the first tool of the request
@@ -98,6 +100,7 @@ class FakeOpenAI:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._count = 0
+        self._held: list[threading.Event] = []
 
     # --- the script -------------------------------------------------------------
 
@@ -168,6 +171,22 @@ class FakeOpenAI:
         }.get(status, f"scripted error {status}")
         return self._push(FakeReply("error", status=status, message=text, headers=headers))
 
+    def hang(self) -> Self:
+        """Hold the request this answer goes to until :meth:`release` (or :meth:`stop`),
+        then close its connection unanswered: a provider call in flight that never returns.
+
+        :attr:`hanging` counts the requests held now; a held request is recorded (status
+        0, reply ``hang``) as it arrives.
+        """
+        return self._push(FakeReply("hang", status=0))
+
+    def release(self) -> None:
+        """Let every held request go: their connections close with no answer."""
+        with self._lock:
+            held, self._held = self._held, []
+        for gate in held:
+            gate.set()
+
     def _push(self, reply: FakeReply) -> Self:
         with self._lock:
             self._replies.append(reply)
@@ -180,6 +199,12 @@ class FakeOpenAI:
         """Every request received so far, in order."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def hanging(self) -> int:
+        """Requests held unanswered now (see :meth:`hang`)."""
+        with self._lock:
+            return len(self._held)
 
     @property
     def pending(self) -> int:
@@ -212,6 +237,7 @@ class FakeOpenAI:
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
+        self.release()
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
@@ -258,6 +284,8 @@ class FakeOpenAI:
                 reply = self._replies.popleft()
                 answer = _reply_answer(reply, body if isinstance(body, dict) else {}, number)
                 kind = reply.kind
+                if answer.hold is not None:
+                    self._held.append(answer.hold)
             self._requests.append(FakeRequest(method, path, headers, body, answer.status, kind))
         return answer
 
@@ -267,6 +295,7 @@ class _Answer:
     status: int
     body: dict[str, Any]
     headers: Mapping[str, str] = field(default_factory=dict)
+    hold: threading.Event | None = None  # set: close the connection unanswered
 
 
 def _error_answer(status: int, message: str, headers: Mapping[str, str] | None = None) -> _Answer:
@@ -283,6 +312,8 @@ def _error_answer(status: int, message: str, headers: Mapping[str, str] | None =
 def _reply_answer(reply: FakeReply, request: dict[str, Any], number: int) -> _Answer:
     if reply.kind == "error":
         return _error_answer(reply.status, reply.message, reply.headers)
+    if reply.kind == "hang":
+        return _Answer(0, {}, hold=threading.Event())
     if request.get("stream"):
         return _error_answer(400, "FakeOpenAI does not stream; send stream=false")
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
@@ -320,6 +351,10 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b""
             headers = {k.lower(): v for k, v in self.headers.items()}
             answer = fake._answer(self.command, self.path, headers, raw)
+            if answer.hold is not None:
+                answer.hold.wait()
+                self.close_connection = True
+                return
             data = json.dumps(answer.body).encode()
             self.send_response(answer.status)
             self.send_header("content-type", "application/json")
