@@ -21,7 +21,14 @@ from phasegate.testing import Approver, register_model, unregister_model, unsign
 from phasegate.workflows import Orchestration
 
 HONEST_AGENT = [sys.executable, "-m", "phasegate.testing.coding_agent", "{prompt}"]
-PHANTOM_AGENT = [sys.executable, "-m", "phasegate.testing.coding_agent", "--phantom", "{prompt}"]
+# Claims every task done and lists files it never wrote (evidence that passes the schema).
+PHANTOM_AGENT = [
+    sys.executable,
+    "-m",
+    "phasegate.testing.coding_agent",
+    "--phantom-files",
+    "{prompt}",
+]
 
 
 def scripted(*answers: dict[str, Any] | Callable[[list[Any], AgentInfo], dict[str, Any]]):

@@ -185,6 +185,8 @@ async def test_phantom_developer_is_refused_and_max_replans_ends_the_run(
     assert view.plan.replanned_count == 1 and len(view.child_sessions) == 2
     assert not any(o.agent == "reviewer" for o in view.outputs)  # never reviewed phantom work
     assert child.status != "completed"
+    # The session's verify check found the files the agent claimed but never wrote.
+    assert any("files_changed" in str(p) and "do not exist" in str(p) for p in child.last_problems)
 
 
 async def test_forged_carried_state_is_refused(env, settings_for, run_worker, tmp_path):

@@ -122,6 +122,12 @@ async def develop(
         if not handle.done():
             handle.cancel()
         raise
+    if summary.status != "completed":
+        raise ApplicationError(
+            f"the developer's gated session {child_id} ended {summary.status} after "
+            f"{len(summary.completed_phases)} of {summary.total_phases} phases",
+            non_retryable=True,
+        )
     return _result(child_id, summary, replan), StepUsage()
 
 
