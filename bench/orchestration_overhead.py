@@ -166,6 +166,22 @@ def schedule_gaps(history: WorkflowHistory) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
+def prompt_bytes(history: WorkflowHistory) -> int:
+    """Bytes of the events carrying prompts: rendered prompts and model request inputs."""
+    names: dict[int, str] = {}
+    total = 0
+    for ev in history.events:
+        if ev.HasField("activity_task_scheduled_event_attributes"):
+            names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
+            if names[ev.event_id].startswith("agent__"):
+                total += ev.ByteSize()
+        elif ev.HasField("activity_task_completed_event_attributes"):
+            scheduled = ev.activity_task_completed_event_attributes.scheduled_event_id
+            if names[scheduled] == "render_agent_prompt":
+                total += ev.ByteSize()
+    return total
+
+
 def history_size(history: WorkflowHistory) -> tuple[int, int, int]:
     """(events, bytes, activities): bytes as Temporal counts them (protobuf size)."""
     activities = sum(
@@ -292,6 +308,7 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
             walls: list[float] = []
             sizes3: list[tuple[int, int, int]] = []
             sizes1: list[tuple[int, int, int]] = []
+            prompts = 0
             for i in range(runs + 1):  # the first pair warms up
                 raw = await run_raw(client, task_queue)
                 wall, view, hist, step = await run_orchestration(
@@ -311,6 +328,7 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
                 steps += list(step.values())
                 walls.append(wall)
                 sizes3.append(history_size(hist))
+                prompts = prompt_bytes(hist)
                 sizes1.append(history_size(hist1))
             dev_lines = await developer_runs(client, task_queue, tmp, dev_runs)
         finally:
@@ -335,6 +353,8 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
     f["step_vs_model"] = f["step_p50"] / f["model_request_p50"]
     f["step_vs_raw"] = f["step_p50"] / f["raw_round_trip_p50"]
     f["model_vs_raw"] = f["model_request_p50"] / f["raw_activity_p50"]
+    f["step_vs_floor"] = f["step_vs_raw"] / f["activities_per_step"]
+    f["prompt_share"] = prompts / b3
     print(
         f"orchestration overhead over {runs} runs of a 3-step plan (analyst, architect, "
         f"reviewer; planner, agents on zero-latency scripted models), interleaved with "
@@ -351,11 +371,13 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
     )
     print(
         f"  orchestration step        p50 {ms(f['step_p50'])}   p95 {ms(f['step_p95'])}   "
-        "(prompt render + model request + checks + workflow tasks)"
+        f"({f['activities_per_step']:.1f} activities: prompt render, model request, the "
+        "architect's plan check; and the workflow tasks between them)"
     )
     print(
         f"  ratio step / model request p50 = {f['step_vs_model']:.2f}x;  "
-        f"step / raw activity round trip = {f['step_vs_raw']:.2f}x;  "
+        f"step / raw activity round trip = {f['step_vs_raw']:.2f}x "
+        f"({f['step_vs_floor']:.2f}x the floor of {f['activities_per_step']:.1f} round trips);  "
         f"engine cost per step = {ms(f['step_p50'] - f['model_request_p50'])}"
     )
     print(
@@ -364,7 +386,9 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
     )
     print(
         f"  history: {ev3} events / {b3} B per 3-step run, {ev1} / {b1} B per 1-step run: "
-        f"{f['events_per_step']:.1f} events and {f['bytes_per_step']:.0f} B per step"
+        f"{f['events_per_step']:.1f} events and {f['bytes_per_step']:.0f} B per step; "
+        f"{f['prompt_share']:.0%} of a run's bytes are prompts (the rendered prompt, then the "
+        "model request carrying it with the output schema)"
     )
     for line in dev_lines:
         print(line)
