@@ -7,7 +7,8 @@ Read commands print compact text by default and the message model's JSON with
 0     success (``submit``: the checkpoint passed)
 1     an error; one line ``error: ...`` on stderr, never a traceback
 2     ``submit``: the gate refused the evidence (problems printed)
-3     ``phase``/``task``: the phase is in the future (refused)
+3     ``phase``/``task``: the phase is in the future (refused);
+      ``orchestrate --no-wait``: the orchestration waits for a person
 ====  ==========================================================
 
 Global options (before the subcommand) override the environment:
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, NoReturn
 from phasegate.client import _cli_commands as cmd
 from phasegate.client import _cli_dev as dev
 from phasegate.client import _cli_extra as extra
+from phasegate.client import _cli_orchestrate as orchestrate
 from phasegate.client._cli_commands import EXIT_ERROR, EXIT_GATE_FAILED, EXIT_OK, EXIT_REFUSED
 from phasegate.domain.errors import PhasegateError
 
@@ -314,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT"
     )
     s.set_defaults(func=extra.mcp, temporal=True)
+    orchestrate.register(sub, js)  # orchestrate ISSUE.md | watch | approve | replan; plan show
     return p
 
 
@@ -379,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     (temporalio/sdk-python#300: "PyGILState_Release ... must be current").
     """
     try:
-        args = build_parser().parse_args(argv)
+        words = orchestrate.default_subcommand(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(words)
     except SystemExit as exc:  # --help, usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     code = _run(args)

@@ -1,0 +1,376 @@
+"""``phasegate orchestrate`` and ``phasegate plan show``: orchestrations from the CLI.
+
+- ``orchestrate ISSUE.md [--profile P] [--workdir DIR] [--id ID] [--json] [--no-wait]``
+  starts an orchestration and follows it: the plan, each step starting and finishing,
+  gates waiting for a person (with the exact command that decides them), the
+  developer's gated sessions (with ``phasegate phase SESSION``), replans. Exit 0
+  completed, 1 failed (the reason on stderr), 3 with ``--no-wait`` when it waits for a
+  person (a gate, or a developer session's phase awaiting approval).
+- ``orchestrate watch ID`` follows one already started (the same output and exits).
+- ``orchestrate approve ID --as NAME [--reject] [--comment C]`` decides the open gate,
+  signed with your key NAME when you hold it (as ``phasegate approve``).
+- ``orchestrate replan ID --reason R [--as NAME]`` asks the planner for a new plan.
+- ``plan show ID`` prints the plan with the current step marked, outputs, usage,
+  the last decision and the history's tail.
+
+Progress goes to stdout, or to stderr with ``--json`` (stdout is then one JSON
+document: the ``state`` query's answer plus ``history``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from phasegate.client import _cli_commands as cmd
+from phasegate.client import _cli_progress as progress
+from phasegate.client import _cli_render as render
+from phasegate.client._orchestrate_render import entry_line, gate_lines, render_plan
+from phasegate.domain.errors import PhasegateError, SessionError
+
+if TYPE_CHECKING:
+    from phasegate.client.api import PhasegateClient
+    from phasegate.client.orchestrations import OrchestrationClient
+    from phasegate.domain.orchestration_messages import (
+        HistoryEntry,
+        OrchestrationView,
+    )
+    from phasegate.domain.settings import Settings
+
+__all__ = ["EXIT_WAITING", "default_subcommand", "register"]
+
+EXIT_WAITING = 3
+POLL_SECONDS = 0.5
+HISTORY_TAIL = 10
+_SUBCOMMANDS = ("run", "watch", "approve", "replan", "-h", "--help")
+_GLOBAL_VALUED = ("--address", "--namespace", "--task-queue")
+_FINISHED = ("completed", "failed")
+_CHILD_WAITING = ("awaiting_approval", "approval_overdue")
+
+
+# ---------------------------------------------------------------- parser
+
+
+def default_subcommand(argv: Sequence[str]) -> list[str]:
+    """``orchestrate ISSUE.md ...`` is ``orchestrate run ISSUE.md ...``."""
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _GLOBAL_VALUED:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        if arg == "orchestrate" and (i + 1 == len(args) or args[i + 1] not in _SUBCOMMANDS):
+            args.insert(i + 1, "run")
+        return args
+    return args
+
+
+def register(sub: Any, js: argparse.ArgumentParser) -> None:
+    """Add ``orchestrate`` (run, watch, approve, replan) and ``plan show`` to ``sub``."""
+    o = sub.add_parser(
+        "orchestrate",
+        help="work an issue with planned agents (ISSUE.md, or: watch, approve, replan)",
+        description="`phasegate orchestrate ISSUE.md` starts an orchestration and follows it.",
+    )
+    osub = o.add_subparsers(
+        dest="orchestrate_command", required=True, metavar="COMMAND", parser_class=type(o)
+    )
+    s = osub.add_parser("run", parents=[js], help="(default) start an orchestration of ISSUE.md")
+    s.add_argument("issue", metavar="ISSUE.md", help="the issue: `# Title`, `Labels: a, b`, body")
+    s.add_argument(
+        "--profile",
+        metavar="P",
+        help="profile file (YAML or JSON) or a shipped profile: demo, default (the default)",
+    )
+    s.add_argument("--workdir", metavar="DIR", help="project folder (default: the profile's, or .)")
+    s.add_argument("--id", help="orchestration id (default orch-<issue id>-<random>)")
+    _follow_options(s)
+    s.set_defaults(func=_remote(run))
+    s = osub.add_parser("watch", parents=[js], help="follow an orchestration")
+    s.add_argument("orchestration_id", metavar="ID")
+    _follow_options(s)
+    s.set_defaults(func=_remote(watch))
+    s = osub.add_parser("approve", parents=[js], help="approve (or --reject) the open gate")
+    s.add_argument("orchestration_id", metavar="ID")
+    s.add_argument(
+        "--as",
+        dest="as_name",
+        metavar="NAME",
+        help="approver (default $PHASEGATE_APPROVER or your user name); signed with your "
+        "key NAME when you hold it",
+    )
+    s.add_argument("--reject", action="store_true", help="reject: the orchestration fails")
+    s.add_argument("--comment", default="", help="why (required with --reject)")
+    s.add_argument(
+        "--gate", type=int, metavar="N", help="the gate you mean (default: the open one)"
+    )
+    s.set_defaults(func=cmd.remote(decide))
+    s = osub.add_parser("replan", parents=[js], help="ask the planner for a new plan")
+    s.add_argument("orchestration_id", metavar="ID")
+    s.add_argument("--reason", required=True, help="what the new plan must take into account")
+    s.add_argument("--as", dest="as_name", metavar="NAME", help="who asks (as for approve)")
+    s.set_defaults(func=cmd.remote(replan))
+
+    plan = sub.add_parser("plan", help="orchestration plans")
+    psub = plan.add_subparsers(
+        dest="plan_command", required=True, metavar="COMMAND", parser_class=type(plan)
+    )
+    s = psub.add_parser("show", parents=[js], help="plan, outputs, usage and history")
+    s.add_argument("orchestration_id", metavar="ID")
+    s.add_argument("--history", type=int, default=HISTORY_TAIL, metavar="N", help="entries shown")
+    s.set_defaults(func=cmd.remote(plan_show))
+
+
+def _follow_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="stop when it waits for a person (exit 3), instead of waiting for the decision",
+    )
+
+
+def _remote(handler: Any) -> Any:
+    """``cmd.remote`` plus a Ctrl-C that says the orchestration goes on."""
+    inner = cmd.remote(handler)
+
+    def run_it(args: argparse.Namespace, settings: Settings) -> int:
+        try:
+            return inner(args, settings)
+        except KeyboardInterrupt:
+            oid = getattr(args, "started_id", None) or getattr(args, "orchestration_id", None)
+            if oid:
+                cmd.echo_err(
+                    f"stopped following; orchestration {oid} goes on "
+                    f"(`phasegate orchestrate watch {oid}` follows it again)"
+                )
+            return 130
+
+    return run_it
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _clients(pg: PhasegateClient) -> OrchestrationClient:
+    from phasegate.client.orchestrations import OrchestrationClient
+
+    return OrchestrationClient(pg.temporal, pg.task_queue)
+
+
+async def run(ctx: Any) -> int:
+    from phasegate.client._issue_files import load_profile, read_issue
+
+    a = ctx.args
+    issue = read_issue(a.issue)  # file errors need no server
+    profile, source = load_profile(a.profile, workdir=a.workdir)
+    pg = await ctx.client()
+    oc = _clients(pg)
+    oid = await oc.start(issue, profile, orchestration_id=a.id)
+    a.started_id = oid
+    out = sys.stderr if a.json else sys.stdout
+    url = render.ui_url(ctx.settings.web_ui_url, ctx.settings.namespace, oid)
+    print(
+        f"orchestration {oid}: issue {issue.id}: {issue.title}\n"
+        f"profile {profile.name} ({source}); working in {profile.working_dir}\nweb UI: {url}",
+        file=out,
+        flush=True,
+    )
+    return await _Follower(ctx, pg, oc, oid, out).run()
+
+
+async def watch(ctx: Any) -> int:
+    pg = await ctx.client()
+    out = sys.stderr if ctx.args.json else sys.stdout
+    return await _Follower(ctx, pg, _clients(pg), ctx.args.orchestration_id, out).run()
+
+
+async def decide(ctx: Any) -> int:
+    from phasegate.client import keys
+
+    a = ctx.args
+    if a.reject and not a.comment.strip():
+        raise PhasegateError(
+            "a rejection needs a reason", where="--comment", hint="add --comment WHY"
+        )
+    name = cmd._approver(a.as_name)
+    signed = (keys.keys_dir(None) / f"{name}.key").is_file()
+    pg = await ctx.client()
+    oc = _clients(pg)
+    oid = a.orchestration_id
+    before = await oc.state(oid)
+    gate = before.awaiting
+    if signed and gate is not None:
+        cmd.echo_err(f"signing gate {gate.gate} ({gate.kind} of {gate.agent}) as {name}")
+    decide_with = oc.reject if a.reject else oc.approve
+    view = await decide_with(
+        oid, as_key=name if signed else None, approver=name, comment=a.comment, gate=a.gate
+    )
+    verb = "rejected" if a.reject else "approved"
+    what = f"gate {gate.gate} ({gate.kind} of {gate.agent})" if gate else "the gate"
+    ctx.emit(
+        view,
+        f"{verb} {what} by {name}{' (signed)' if signed else ''}\n"
+        f"orchestration {oid} is {view.status}",
+    )
+    return cmd.EXIT_OK
+
+
+async def replan(ctx: Any) -> int:
+    from phasegate.client import keys
+
+    a = ctx.args
+    name = cmd._approver(a.as_name)
+    signed = (keys.keys_dir(None) / f"{name}.key").is_file()
+    pg = await ctx.client()
+    oc = _clients(pg)
+    view = await oc.request_replan(
+        a.orchestration_id, a.reason, as_key=name if signed else None, requested_by=name
+    )
+    ctx.emit(
+        view,
+        f"replan requested by {name}{' (signed)' if signed else ''}: the planner plans again "
+        f"after the current step (follow it: phasegate orchestrate watch {a.orchestration_id})",
+    )
+    return cmd.EXIT_OK
+
+
+async def plan_show(ctx: Any) -> int:
+    pg = await ctx.client()
+    oc = _clients(pg)
+    oid = ctx.args.orchestration_id
+    view = await oc.state(oid)
+    history = await oc.history(oid)
+    if ctx.args.json:
+        cmd.echo(_document(view, history))
+    else:
+        cmd.echo(render_plan(view, history, tail=max(ctx.args.history, 0)))
+    return cmd.EXIT_OK
+
+
+def _document(view: OrchestrationView, history: list[HistoryEntry]) -> str:
+    """The ``--json`` document: the ``state`` query's answer plus ``history``."""
+    data = view.model_dump(mode="json")
+    data["history"] = [h.model_dump(mode="json") for h in history]
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------- following
+
+
+class _Follower:
+    """Polls an orchestration and prints what changed, until it finishes (or, with
+    ``--no-wait``, until it waits for a person)."""
+
+    def __init__(
+        self, ctx: Any, pg: PhasegateClient, oc: OrchestrationClient, oid: str, out: TextIO
+    ) -> None:
+        self.ctx, self.pg, self.oc, self.oid, self.out = ctx, pg, oc, oid, out
+        self.seq = -1
+        self.gate: int | None = None
+        self.children: set[str] = set()
+        self.finished_children: set[str] = set()
+        self.child_gates: set[tuple[str, int]] = set()
+        self.history: list[HistoryEntry] = []
+        self.printer = progress.printer_for(True)
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    async def run(self) -> int:
+        while True:
+            view = await progress.wait_with_progress(
+                self.pg, self.oid, self.oc.state(self.oid, timeout=60), printer=self.printer
+            )
+            self.history = await self.oc.history(self.oid)
+            for entry in self.history:
+                if entry.seq > self.seq:
+                    self.seq = entry.seq
+                    self.say(entry_line(entry))
+            waiting = self._gate(view)
+            waiting = await self._children(view) or waiting
+            if view.status in _FINISHED:
+                return self._finish(view)
+            if await self.oc.closed(self.oid):  # terminated, timed out: no state says so
+                await self.oc.result(self.oid)
+                raise PhasegateError(f"orchestration {self.oid} has closed without finishing")
+            if waiting and self.ctx.args.no_wait:
+                self.say(
+                    f"waiting for a person (--no-wait): follow it again with "
+                    f"`phasegate orchestrate watch {self.oid}`"
+                )
+                self._emit(view)
+                return EXIT_WAITING
+            await asyncio.sleep(POLL_SECONDS)
+
+    def _gate(self, view: OrchestrationView) -> bool:
+        gate = view.awaiting
+        if gate is None:
+            self.gate = None
+            return False
+        if gate.gate != self.gate:
+            self.gate = gate.gate
+            self.say("\n".join(gate_lines(view)))
+        return True
+
+    async def _children(self, view: OrchestrationView) -> bool:
+        """Name each new developer session; say when one waits for a person's approval."""
+        from phasegate.domain.errors import SessionNotActive
+
+        waiting = False
+        for child in view.child_sessions:
+            if child not in self.children:
+                self.children.add(child)
+                self.say(
+                    f"  developer session {child}: `phasegate phase {child}` shows its "
+                    f"current phase, `phasegate status {child}` its progress"
+                )
+            if child in self.finished_children:
+                continue
+            try:
+                status = await self.pg.status(child)
+            except (SessionNotActive, SessionError):
+                continue  # still loading its definition
+            if status.status in ("completed", "abandoned"):
+                self.finished_children.add(child)
+            elif status.status in _CHILD_WAITING:
+                waiting = True
+                key = (child, status.current_phase)
+                if key not in self.child_gates:
+                    self.child_gates.add(key)
+                    names = status.awaiting_approval_from
+                    who = names[0] if len(names) == 1 else "NAME"
+                    self.say(
+                        f"  session {child} phase {status.current_phase} "
+                        f"({status.current_phase_name}) waits for approval by "
+                        f"{', '.join(names) or 'an approver'}:\n"
+                        f"    phasegate approve {child} --as {who} --comment 'plan looks right'"
+                    )
+        return waiting
+
+    def _finish(self, view: OrchestrationView) -> int:
+        u = view.usage
+        self.say(
+            f"{view.status}: {len(view.outputs)} outputs "
+            f"({', '.join(o.key for o in view.outputs)}); usage: {u.requests} model requests, "
+            f"{u.input_tokens} in / {u.output_tokens} out tokens"
+        )
+        self._emit(view)
+        if view.status == "failed":
+            cmd.echo_err(
+                f"error: orchestration {self.oid} failed: {view.failure} "
+                f"(hint: `phasegate plan show {self.oid}` shows the plan and history)"
+            )
+            return cmd.EXIT_ERROR
+        return cmd.EXIT_OK
+
+    def _emit(self, view: OrchestrationView) -> None:
+        if self.ctx.args.json:
+            cmd.echo(_document(view, self.history))

@@ -1,0 +1,136 @@
+"""Human-readable rendering of orchestrations for the CLI (pure: models in, text out):
+history entries, the open gate with the commands that decide it, ``plan show``."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from phasegate.client import _cli_render as render
+
+if TYPE_CHECKING:
+    from phasegate.domain.orchestration_messages import (
+        HistoryEntry,
+        OrchestrationView,
+        OutputRecord,
+    )
+
+__all__ = ["entry_line", "gate_lines", "output_summary", "render_plan"]
+
+_FINISHED = ("completed", "failed")
+
+
+def entry_line(e: HistoryEntry, *, limit: int = 400) -> str:
+    """One history entry: ``[12:00:01] ✓ reviewer_0 done: approved, confidence 0.90``."""
+    when = e.at.astimezone().strftime("%H:%M:%S")
+    subject = e.key or e.agent
+    by = f" by {e.actor}" if e.actor else ""
+    head = {
+        "plan": f"plan ({e.actor or 'planner'})",
+        "plan_refused": "✗ plan refused",
+        "approval": f"approval of {e.agent}{by}",
+        "escalation": f"escalation of {e.agent}{by}",
+        "step_started": f"▶ {subject} started" + (f" ({e.actor})" if e.actor else ""),
+        "step_done": f"✓ {subject} done",
+        "step_failed": f"✗ {subject} failed",
+        "review_rejected": "↺ review rejected",
+        "replan_requested": f"replan requested{by}",
+        "replan": "↻ replanned (a new run)",
+        "completed": "✓ completed",
+        "failed": "✗ failed",
+    }.get(e.kind, e.kind.replace("_", " "))
+    detail = e.detail if len(e.detail) <= limit else e.detail[: limit - 1] + "…"
+    return f"[{when}] {head}: {detail}" if detail else f"[{when}] {head}"
+
+
+def _approver_arg(view: OrchestrationView) -> str:
+    names = [n for n in view.approvers if n and not n.startswith("anyone")]
+    return names[0] if len(names) == 1 else "NAME"
+
+
+def gate_lines(view: OrchestrationView) -> list[str]:
+    """What the open gate waits for and the exact commands that decide it."""
+    gate = view.awaiting
+    if gate is None:
+        return []
+    oid, who = view.orchestration_id, _approver_arg(view)
+    return [
+        f"waiting for a person: gate {gate.gate} ({gate.kind} of {gate.agent}): {gate.reason}",
+        f"  approvers: {', '.join(view.approvers)}",
+        f"  approve: phasegate orchestrate approve {oid} --as {who} --comment 'looks right'",
+        f"  reject:  phasegate orchestrate approve {oid} --as {who} --reject --comment WHY",
+    ]
+
+
+def output_summary(o: OutputRecord) -> str:
+    """One line of what an output says."""
+    d = o.output
+    if not d:
+        return f"(kept in {o.ref})" if o.ref else "(compacted)"
+    if o.agent == "planner":
+        return " → ".join(s.get("agent", "?") for s in d.get("steps", []))
+    if o.agent == "analyst":
+        return f"scope {d.get('scope')}, {len(d.get('findings', []))} findings, " + _conf(d)
+    if o.agent == "architect":
+        return f"goal: {d.get('goal', '')} ({_conf(d)})"
+    if o.agent == "developer":
+        return str(d.get("summary") or d.get("session_id", ""))
+    if o.agent == "reviewer":
+        verdict = "approved" if d.get("approved") else f"changes requested ({d.get('severity')})"
+        first = (d.get("comments") or [""])[0]
+        return f"{verdict}, {_conf(d)}" + (f": {first[:120]}" if first else "")
+    return json.dumps(d)[:120]
+
+
+def _usage(o: OutputRecord) -> str:
+    u = o.usage
+    return f"{u.requests} req, {u.input_tokens}/{u.output_tokens} tok" if u.requests else "-"
+
+
+def _conf(d: dict[str, Any]) -> str:
+    c = d.get("confidence")
+    return f"confidence {c:.2f}" if isinstance(c, int | float) else "confidence ?"
+
+
+def render_plan(view: OrchestrationView, history: list[HistoryEntry], *, tail: int) -> str:
+    """``plan show``: the plan with the current step marked, outputs, usage, history."""
+    plan, issue = view.plan, view.issue
+    lines = [f"{view.orchestration_id} · issue {issue.id}: {issue.title} — {view.status}"]
+    if plan.steps:
+        scope = plan.scope or "?"
+        lines.append(f"plan ({plan.mode}, scope {scope}): {plan.reasoning[:300]}")
+        for s in plan.steps:
+            mark = "▶" if s.index == plan.current and view.status not in _FINISHED else " "
+            mark = "✓" if s.status == "done" else ("✗" if s.status == "failed" else mark)
+            extra = [f"→ {s.key}" if s.key else "", f"session {s.child_session}" if s.child_session else "",
+                     f"approved by {s.approved_by}" if s.approved_by else ""]  # fmt: skip
+            lines.append(
+                f"  {mark} {s.index} {s.agent:<9} [{s.status}] "
+                + " ".join(x for x in extra if x)
+                + (f"  {s.reason[:100]}" if s.reason else "")
+            )
+    else:
+        lines.append("plan: not made yet")
+    lines += gate_lines(view)
+    if view.last_decision:
+        lines.append(f"last decision: {view.last_decision}")
+    if plan.replanned_count:
+        lines.append(f"replans: {plan.replanned_count} (latest: {plan.replan_reason})")
+    if view.pending_replan:
+        lines.append(f"replan pending: {view.pending_replan}")
+    if view.outputs:
+        rows = [(o.key, o.model or "-", _usage(o), output_summary(o)[:160]) for o in view.outputs]
+        lines += ["outputs:", render.table(("KEY", "MODEL", "USAGE", "SAYS"), rows, indent="  ")]
+    u = view.usage
+    lines.append(
+        f"usage: {u.requests} model requests, {u.input_tokens} in / {u.output_tokens} out tokens"
+    )
+    if view.failure:
+        lines.append(f"failed: {view.failure}")
+    if history and tail:
+        shown = history[-tail:]
+        head = "history:" if len(shown) == len(history) else f"history (latest {len(shown)}):"
+        lines += [head, *(f"  {entry_line(e)}" for e in shown)]
+        if len(shown) < len(history):
+            lines.append(f"  (all of it: phasegate plan show {view.orchestration_id} --json)")
+    return "\n".join(lines)

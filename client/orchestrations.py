@@ -1,0 +1,403 @@
+"""Typed async client for orchestrations: start one, read it, decide its gates, replan.
+
+An orchestration (workflow ``Orchestration``) works one issue through a planned
+pipeline of agents; see ``workflows/orchestration.py``. This client is what
+``phasegate orchestrate`` and ``phasegate plan show`` use. Failures come back as
+``domain.errors`` types speaking the CLI's terms (``approval_refused``,
+``orchestration_failed``, ``session_not_found``), never as Temporal exceptions.
+
+Decisions and replan requests are signed exactly like a session's approvals
+(``client.keys.sign_decision``) when a key name is given: the orchestration id as the
+session, the open gate's number as the phase, bound to ``state.approval_binding``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from phasegate.domain.agents import Issue, Profile
+from phasegate.domain.errors import PhasegateError, SessionError, SessionNotFound
+from phasegate.domain.orchestration_gates import digest
+from phasegate.domain.orchestration_messages import (
+    HistoryEntry,
+    OrchestrationDecision,
+    OrchestrationView,
+    PlanView,
+    ReplanRequest,
+    StartOrchestration,
+)
+from phasegate.domain.settings import Settings
+from phasegate.temporal import phasegate_error
+from phasegate.workflows.orchestration import Orchestration
+
+__all__ = ["OrchestrationClient", "new_orchestration_id"]
+
+_STARTING = "still starting"  # the workflow's answer before its first run has set up
+_UPDATE_RETRIES = 8
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def new_orchestration_id(issue: Issue) -> str:
+    """``orch-<issue id>-<random>``, readable in a terminal and a child session's id."""
+    slug = _UNSAFE_ID.sub("-", issue.id).strip("-.")[:40] or "issue"
+    return f"orch-{slug}-{uuid.uuid4().hex[:6]}"
+
+
+class OrchestrationClient:
+    """Start, read and decide orchestrations.
+
+    Args:
+        client: A connected Temporal client using the pydantic data converter.
+        task_queue: Where the phasegate worker listens.
+    """
+
+    def __init__(self, client: Client, task_queue: str = "phasegate") -> None:
+        self.temporal = client
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> OrchestrationClient:
+        from phasegate.temporal import connect, load_settings
+
+        settings = settings or load_settings()
+        return cls(await connect(settings), settings.task_queue)
+
+    def handle(self, orchestration_id: str) -> WorkflowHandle[Orchestration, OrchestrationView]:
+        return self.temporal.get_workflow_handle_for(Orchestration.run, orchestration_id)
+
+    async def start(
+        self, issue: Issue, profile: Profile, *, orchestration_id: str | None = None
+    ) -> str:
+        """Start an orchestration of ``issue`` with ``profile``; returns its id.
+
+        The workflow checks the profile on the worker (models, API keys, working
+        directory, approvers) and fails at once, with every problem, if it cannot run:
+        :meth:`state` and :meth:`result` then raise that failure.
+
+        Raises:
+            PhasegateError: The id is taken, or Temporal cannot be reached.
+        """
+        oid = orchestration_id or new_orchestration_id(issue)
+        try:
+            await self.temporal.start_workflow(
+                Orchestration.run,
+                StartOrchestration(issue=issue, profile=profile),
+                id=oid,
+                task_queue=self.task_queue,
+                static_summary=f"phasegate orchestration of issue `{issue.id}`: {issue.title}",
+            )
+        except WorkflowAlreadyStartedError:
+            raise PhasegateError(
+                f"orchestration {oid} already exists",
+                where="--id",
+                hint="pick another --id, or omit it for a fresh one",
+            ) from None
+        except RPCError as exc:
+            raise phasegate_error(exc) from None
+        return oid
+
+    # ------------------------------------------------------------------ reads
+    async def state(self, orchestration_id: str, *, timeout: float = 30.0) -> OrchestrationView:
+        """Status, plan, outputs, usage and what the run waits for (query ``state``).
+
+        Waits (up to ``timeout`` seconds) while a run is starting, e.g. just after a
+        start or a replan.
+
+        Raises:
+            OrchestrationError: It failed before its first step (e.g. the worker refused
+                the profile), with the reason.
+            SessionNotFound: No orchestration has that id.
+        """
+        view = await self._query(orchestration_id, Orchestration.state, timeout)
+        if (
+            view.status == "planning"
+            and not view.plan.steps
+            and await self.closed(orchestration_id)
+        ):
+            await self.result(orchestration_id)  # it failed before its first plan: raise why
+        return view
+
+    async def plan(self, orchestration_id: str, *, timeout: float = 30.0) -> PlanView:
+        """The plan with the current step marked (query ``plan``)."""
+        return await self._query(orchestration_id, Orchestration.plan, timeout)
+
+    async def history(self, orchestration_id: str, *, timeout: float = 30.0) -> list[HistoryEntry]:
+        """The append-only history: plans, decisions, steps, replans (query ``history``)."""
+        return await self._query(orchestration_id, Orchestration.history, timeout)
+
+    async def result(self, orchestration_id: str) -> OrchestrationView:
+        """Wait for the orchestration to finish; its final state.
+
+        Raises:
+            OrchestrationError: It failed (code ``orchestration_failed``), with the reason.
+        """
+        try:
+            return await self.handle(orchestration_id).result()
+        except (WorkflowFailureError, RPCError) as exc:
+            raise self._error(orchestration_id, exc) from None
+
+    async def closed(self, orchestration_id: str) -> bool:
+        """Whether the orchestration's latest run has closed (completed, failed, ...)."""
+        try:
+            desc = await self.temporal.get_workflow_handle(orchestration_id).describe()
+        except RPCError as exc:
+            raise self._error(orchestration_id, exc) from None
+        return desc.status not in (None, WorkflowExecutionStatus.RUNNING)
+
+    # -------------------------------------------------------------- decisions
+    async def approve(
+        self,
+        orchestration_id: str,
+        *,
+        as_key: str | None,
+        comment: str = "",
+        key_dir: str | Path | None = None,
+        approver: str | None = None,
+        gate: int | None = None,
+    ) -> OrchestrationView:
+        """Approve the open gate (a step waiting to run, or an escalated output).
+
+        Args:
+            orchestration_id: The orchestration.
+            as_key: Sign with this key (its name is the approver); None sends an
+                unsigned decision as ``approver`` (accepted only where the worker
+                allows unsigned approvals).
+            comment: Why; the signature binds it.
+            key_dir: Configuration directory holding ``keys/`` (default
+                ``client.keys.config_dir()``).
+            approver: The name of an unsigned decision (default ``as_key``).
+            gate: The gate you mean (refused if another one is open).
+
+        Raises:
+            ApprovalRefused: The orchestration refused it (unsigned, unknown key, bad
+                signature, not an approver), with the fix.
+            PhasegateError: Nothing is waiting for a decision.
+        """
+        return await self._decide(
+            orchestration_id, "approve", as_key, comment, key_dir, approver, gate
+        )
+
+    async def reject(
+        self,
+        orchestration_id: str,
+        *,
+        as_key: str | None,
+        comment: str = "",
+        key_dir: str | Path | None = None,
+        approver: str | None = None,
+        gate: int | None = None,
+    ) -> OrchestrationView:
+        """Reject the open gate: the orchestration fails with the comment as reason
+        (arguments as :meth:`approve`)."""
+        return await self._decide(
+            orchestration_id, "reject", as_key, comment, key_dir, approver, gate
+        )
+
+    async def _decide(
+        self,
+        oid: str,
+        decision: str,
+        as_key: str | None,
+        comment: str,
+        key_dir: str | Path | None,
+        approver: str | None,
+        gate: int | None,
+    ) -> OrchestrationView:
+        view = await self.state(oid)
+        awaiting = view.awaiting
+        if awaiting is None:
+            raise PhasegateError(
+                f"orchestration {oid} is {view.status}: nothing is waiting for a decision",
+                hint=f"`phasegate plan show {oid}` shows where it is; a developer's session "
+                "waiting for approval is approved with `phasegate approve SESSION`",
+            )
+        if gate is not None and gate != awaiting.gate:
+            raise PhasegateError(
+                f"gate {gate} is not the open one: gate {awaiting.gate} ({awaiting.kind} of "
+                f"{awaiting.agent}) is waiting",
+                where="--gate",
+                hint=f"read it with `phasegate plan show {oid}`, then decide gate {awaiting.gate}",
+            )
+        name = approver or as_key
+        if not name:
+            raise PhasegateError("who is deciding?", hint="pass --as NAME")
+        nonce = signature = None
+        if as_key is not None:
+            nonce, signature = _sign(
+                as_key,
+                session_id=oid,
+                phase=awaiting.gate,
+                decision=decision,
+                comment=comment,
+                binding=view.approval_binding,
+                key_dir=key_dir,
+            )
+            name = as_key
+        msg = OrchestrationDecision(
+            gate=awaiting.gate,
+            approver=name,
+            decision=decision,  # type: ignore[arg-type]
+            comment=comment,
+            nonce=nonce,
+            signature=signature,
+        )
+        return await self._update(oid, Orchestration.decide_approval, msg)
+
+    async def request_replan(
+        self,
+        orchestration_id: str,
+        reason: str,
+        *,
+        as_key: str | None,
+        key_dir: str | Path | None = None,
+        requested_by: str | None = None,
+    ) -> OrchestrationView:
+        """Ask the planner for a new plan, after the current step (a continue-as-new).
+
+        Signed with ``as_key`` like a decision (the ``replan_gate`` ``state`` shows, the
+        reason as the comment); without a key it goes unsigned as ``requested_by``.
+
+        Raises:
+            ApprovalRefused: Refused (unsigned, unknown key, not an approver).
+            SessionError: The orchestration has finished, or a replan is already pending.
+        """
+        view = await self.state(orchestration_id)
+        name = requested_by or as_key
+        if not name:
+            raise PhasegateError("who asks for the replan?", hint="pass --as NAME")
+        nonce = signature = None
+        if as_key is not None:
+            nonce, signature = _sign(
+                as_key,
+                session_id=orchestration_id,
+                phase=view.replan_gate,
+                decision="approve",
+                comment=reason,
+                binding={
+                    "evidence_sha256": digest({"replan": view.run_chain_length - 1}),
+                    "first_run_id": (view.approval_binding or {}).get("first_run_id")
+                    or await self._first_run_id(orchestration_id),
+                },
+                key_dir=key_dir,
+            )
+            name = as_key
+        msg = ReplanRequest(reason=reason, requested_by=name, nonce=nonce, signature=signature)
+        return await self._update(orchestration_id, Orchestration.request_replan, msg)
+
+    # ---------------------------------------------------------------- helpers
+    async def _first_run_id(self, oid: str) -> str:
+        """The run id of the orchestration's first run (what a replan's signature binds)."""
+        try:
+            desc = await self.temporal.get_workflow_handle(oid).describe()
+        except RPCError as exc:
+            raise self._error(oid, exc) from None
+        run_id = desc.raw_description.workflow_execution_info.first_run_id
+        return run_id or desc.run_id
+
+    async def _query(self, oid: str, query: Any, timeout: float) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                return await self.temporal.get_workflow_handle(oid).query(query)
+            except (WorkflowQueryFailedError, RPCError) as exc:
+                err = self._error(oid, exc)
+                if _STARTING not in err.message:
+                    raise err from None
+            if await self.closed(oid):  # it failed before setting up: say why
+                await self.result(oid)
+            if loop.time() > deadline:
+                raise SessionError(
+                    f"orchestration {oid} did not start within {timeout:.0f} s",
+                    hint="is a phasegate worker running? (`phasegate worker` or `phasegate dev`)",
+                )
+            await asyncio.sleep(0.1)
+
+    async def _update(self, oid: str, update: Any, arg: Any) -> OrchestrationView:
+        """Run an update; retry the refusal a run gives while it hands over to a replan."""
+        update_id = str(uuid.uuid4())  # one id for every attempt: never applied twice
+        for attempt in range(_UPDATE_RETRIES + 1):
+            try:
+                return await self.temporal.get_workflow_handle(oid).execute_update(
+                    update, arg, id=update_id
+                )
+            except RPCError as exc:
+                transient = "workflow task failure" in str(exc.message) or exc.status in (
+                    RPCStatusCode.UNAVAILABLE,
+                    RPCStatusCode.ABORTED,
+                )
+                if attempt < _UPDATE_RETRIES and transient:
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
+                raise self._error(oid, exc) from None
+            except WorkflowUpdateFailedError as exc:
+                err = self._error(oid, exc)
+                if attempt < _UPDATE_RETRIES and _STARTING in err.message:
+                    await asyncio.sleep(0.2)
+                    continue
+                raise err from None
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                raise SessionError(
+                    f"orchestration {oid} did not answer in time",
+                    hint="check that a worker is running (`phasegate worker`) on task queue "
+                    f"{self.task_queue!r}",
+                ) from None
+        raise AssertionError("unreachable")
+
+    def _error(self, oid: str, exc: BaseException) -> PhasegateError:
+        """A Temporal failure in the CLI's terms."""
+        err = phasegate_error(exc)
+        text = str(exc).lower()
+        if isinstance(err, SessionNotFound) or (
+            isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND
+        ):
+            return SessionNotFound(
+                f"no orchestration {oid}",
+                hint="use the id `phasegate orchestrate` printed; in the Web UI, "
+                "PhasegateWorkflow = 'orchestration' lists them",
+            )
+        if "expected but not found" in text or "unknown querytype" in text:
+            return PhasegateError(
+                f"{oid} is not an orchestration",
+                hint=f"for a session use `phasegate status {oid}`",
+            )
+        return err
+
+
+def _sign(
+    name: str,
+    *,
+    session_id: str,
+    phase: int,
+    decision: str,
+    comment: str,
+    binding: dict[str, str] | None,
+    key_dir: str | Path | None,
+) -> tuple[str, str]:
+    from phasegate.client import keys
+
+    return keys.sign_decision(
+        name,
+        session_id=session_id,
+        phase=phase,
+        decision=decision,
+        comment=comment,
+        binding=binding,
+        directory=Path(key_dir) if key_dir is not None else None,
+    )
