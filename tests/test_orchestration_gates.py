@@ -61,6 +61,19 @@ async def wait_for(handle, predicate, timeout: float = 30.0):
     raise AssertionError(f"condition not met; last state: {view.status} {view.awaiting}")
 
 
+def signed_settings(settings_for, tmp_path: Path):
+    """A worker whose only approver is the key ``lead`` (unsigned decisions refused)."""
+    lead = keys.new_key("lead", directory=tmp_path / "keys")
+    return settings_for(approver_keys_file=lead.model_dump_json(), allow_unsigned_approvals=False)
+
+
+def agents(**over):
+    return {
+        "analyst": scripted(ANALYSIS), "architect": scripted(PLAN),
+        "reviewer": scripted(REVIEW_OK), **over,
+    }  # fmt: skip
+
+
 def sign(name: str, key_dir: Path, oid: str, gate: int, binding, decision="approve", comment=""):
     return keys.sign_decision(
         name, session_id=oid, phase=gate, decision=decision, comment=comment,
@@ -71,13 +84,8 @@ def sign(name: str, key_dir: Path, oid: str, gate: int, binding, decision="appro
 async def test_signed_approval_gate_refuses_forged_and_unsigned_decisions(
     env, settings_for, run_worker, tmp_path
 ):
-    lead = keys.new_key("lead", directory=tmp_path / "keys")
-    settings = settings_for(
-        approver_keys_file=lead.model_dump_json(), allow_unsigned_approvals=False
-    )
-    with models(
-        analyst=scripted(ANALYSIS), architect=scripted(PLAN), reviewer=scripted(REVIEW_OK)
-    ) as ids:
+    settings = signed_settings(settings_for, tmp_path)
+    with models(**agents()) as ids:
         async with run_worker(settings):
             pg = PhasegateClient(env.client, settings.task_queue)
             handle = await start(
@@ -227,13 +235,8 @@ async def test_bad_profile_fails_at_start_with_every_problem(
 async def test_request_replan_is_signed_bounded_and_counted(
     env, settings_for, run_worker, tmp_path
 ):
-    lead = keys.new_key("lead", directory=tmp_path / "keys")
-    settings = settings_for(
-        approver_keys_file=lead.model_dump_json(), allow_unsigned_approvals=False
-    )
-    with models(
-        analyst=scripted(ANALYSIS), architect=scripted(PLAN), reviewer=scripted(REVIEW_OK)
-    ) as ids:
+    settings = signed_settings(settings_for, tmp_path)
+    with models(**agents()) as ids:
         async with run_worker(settings):
             handle = await start(
                 env.client, settings.task_queue, BUG,

@@ -365,19 +365,16 @@ class Orchestration:
 
     @decide_approval.validator
     def _validate_decision(self, decision: OrchestrationDecision) -> None:
-        state = self._state
-        if state is None:
-            raise ApplicationError("the orchestration is still starting; try again", non_retryable=True)  # fmt: skip
-        problem = state.check_decision(
-            gate=decision.gate,
-            approver=decision.approver,
-            decision=decision.decision,
-            comment=decision.comment,
-            nonce=decision.nonce,
-            signature=decision.signature,
+        _refuse(
+            self._require().check_decision(
+                gate=decision.gate,
+                approver=decision.approver,
+                decision=decision.decision,
+                comment=decision.comment,
+                nonce=decision.nonce,
+                signature=decision.signature,
+            )
         )
-        if problem:
-            raise ApplicationError(problem, type="approval_refused", non_retryable=True)
 
     @workflow.update
     async def request_replan(self, request: ReplanRequest) -> OrchestrationView:
@@ -390,22 +387,21 @@ class Orchestration:
 
     @request_replan.validator
     def _validate_replan(self, request: ReplanRequest) -> None:
-        state = self._state
-        if state is None:
-            raise ApplicationError("the orchestration is still starting; try again", non_retryable=True)  # fmt: skip
-        problem = state.check_replan(
-            actor=request.requested_by,
-            reason=request.reason,
-            nonce=request.nonce,
-            signature=request.signature,
+        _refuse(
+            self._require().check_replan(
+                actor=request.requested_by,
+                reason=request.reason,
+                nonce=request.nonce,
+                signature=request.signature,
+            )
         )
-        if problem:
-            raise ApplicationError(problem, type="approval_refused", non_retryable=True)
 
     # ----------------------------------------------------------------- helpers
     def _require(self) -> OrchestrationState:
         if self._state is None:
-            raise ApplicationError("the orchestration is still starting", non_retryable=True)
+            raise ApplicationError(
+                "the orchestration is still starting; try again in a moment", non_retryable=True
+            )
         return self._state
 
     def _publish(self) -> None:
@@ -420,3 +416,9 @@ class Orchestration:
                 SA_STATUS.value_set(state.status),
             ]
         )
+
+
+def _refuse(problem: str | None) -> None:
+    """Reject an update in its validator (nothing reaches history) with the reason."""
+    if problem:
+        raise ApplicationError(problem, type="approval_refused", non_retryable=True)
