@@ -226,6 +226,7 @@ def _main_worker(
         target_roots=settings.target_roots,
         # Where a coding agent the worker runs reaches this cluster (the client's own).
         temporal_address=client.service_client.config.target_host,
+        library_paths=settings.library_paths,
     )
     # Temporal's own consistency check reads the same attribute.
     threads = getattr(executor, "_max_workers", None)

@@ -34,6 +34,7 @@ from phasegate.domain.orchestration_messages import (
 from phasegate.domain.signing import ApproverKey
 
 __all__ = [
+    "DEVELOPER_WORKFLOW",
     "OUTPUT_INLINE_BYTES",
     "OrchestrationActivities",
     "SetupRequest",
@@ -41,6 +42,7 @@ __all__ = [
     "orchestration_dir",
 ]
 
+DEVELOPER_WORKFLOW = "spec_execution_v1"  # the developer's gated session runs this
 OUTPUT_INLINE_BYTES = 16 * 1024  # larger outputs are kept as files, by reference
 _PATH_TOKEN = re.compile(
     r"`([^`\s]+\.[A-Za-z0-9]{1,8})`|(?<![\w/.])((?:[\w.-]+/)+[\w.-]+\.[A-Za-z0-9]{1,8})\b"
@@ -79,6 +81,7 @@ class OrchestrationActivities:
         allow_unsigned_approvals: Whether decisions without a signature are accepted.
         target_roots: Folders a working directory must lie in (empty: anywhere but ``/``).
         temporal_address: The address a coding agent the worker runs connects to.
+        library_paths: The worker's libraries; the developer's workflow must be in one.
     """
 
     def __init__(
@@ -90,8 +93,10 @@ class OrchestrationActivities:
         allow_unsigned_approvals: bool = False,
         target_roots: list[str] | None = None,
         temporal_address: str = "",
+        library_paths: list[str] | None = None,
     ) -> None:
         self.temporal_address = temporal_address
+        self.library_paths = list(library_paths or [])
         self.default_models = dict(default_models or {})
         self.check_model = check_model
         self.approver_keys = list(approver_keys or [])
@@ -138,6 +143,15 @@ class OrchestrationActivities:
                 f"approval_required names {profile.approval_required} but nobody could approve: "
                 "the worker has no approver keys (PHASEGATE_APPROVER_KEYS, from "
                 "`phasegate keys export NAME`) and refuses unsigned approvals"
+            )
+        if not any(
+            (Path(lib) / DEVELOPER_WORKFLOW / "metadata.json").is_file()
+            for lib in self.library_paths
+        ):
+            problems.append(
+                f"the developer's workflow {DEVELOPER_WORKFLOW} is in none of the worker's "
+                f"libraries ({', '.join(self.library_paths) or 'none'}): add the shipped "
+                "library to PHASEGATE_LIBRARY"
             )
         if profile.developer.mode == "command" and not profile.developer.command:
             problems.append(

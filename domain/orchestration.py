@@ -51,6 +51,7 @@ from phasegate.domain.orchestration_views import compact, plan_view, state_view
 from phasegate.domain.signing import ApproverKey
 
 __all__ = [
+    "CONFIGURATION_ERRORS",
     "MAX_HISTORY",
     "Finish",
     "NeedPlan",
@@ -63,6 +64,19 @@ __all__ = [
 
 MAX_HISTORY = 400  # history entries kept; older ones are counted in history_dropped
 MAX_DETAIL = 1_000
+# Failures a new plan cannot fix: the worker's configuration must change.
+CONFIGURATION_ERRORS = frozenset(
+    {
+        "workflow_not_found",
+        "definition_invalid",
+        "template_not_found",
+        "gate_definition_invalid",
+        "developer_invalid",
+        "model_unusable",
+        "model_auth",
+        "model_not_found",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -403,10 +417,19 @@ class OrchestrationState(GateRules):
         for i, record in enumerate(self.steps):
             record.index = i
 
-    def record_failure(self, step: StepRecord, error: str, now: datetime) -> None:
-        """A step failed for good: replan while replans are left, else fail the run."""
+    def record_failure(
+        self, step: StepRecord, error: str, now: datetime, *, code: str = ""
+    ) -> None:
+        """A step failed for good: replan while replans are left, else fail the run.
+
+        A failure no plan can fix (``code`` in :data:`CONFIGURATION_ERRORS`: a missing
+        workflow definition, a model the worker cannot use) fails the run at once.
+        """
         step.status = "failed"
         self.log(now, "step_failed", agent=step.agent, key=step.key, detail=error)
+        if code in CONFIGURATION_ERRORS:
+            self.fail(f"the {step.agent} step cannot run on this worker: {error}", now)
+            return
         self._ask_replan(f"the {step.agent} step failed: {error}", now, by="phasegate")
 
     def _ask_replan(self, reason: str, now: datetime, *, by: str) -> None:

@@ -278,3 +278,13 @@ def test_any_run_ends_or_waits_within_its_budgets(events, max_replans, max_revie
             assert [h.seq for h in state.history][: len(seqs)] == seqs
     else:
         pytest.fail("the run neither finished nor waited within 200 actions")
+
+
+def test_a_configuration_failure_ends_the_run_without_spending_replans():
+    state = make()
+    state.set_plan(plan("developer"), NOW, model="rules")
+    action = state.advance(NOW)
+    state.record_failure(action.step, "workflow 'x' not found", NOW, code="workflow_not_found")
+    finish = state.advance(NOW)
+    assert isinstance(finish, Finish) and "cannot run on this worker" in finish.reason
+    assert state.replanned_count == 0 and state.pending_replan is None

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         run_coding_agent,
         write_dev_spec,
     )
+    from phasegate.activities.orchestration import DEVELOPER_WORKFLOW
     from phasegate.domain.agent_context import AgentPromptRequest, ContextSections
     from phasegate.domain.agents import DeveloperResult, PlanOutput, ReviewResult, StepUsage
     from phasegate.domain.messages import SessionOptions, SessionSummary, StartSession
@@ -45,7 +46,7 @@ from phasegate.workflows.gated_session import GatedSession
 
 __all__ = ["DEV_WORKFLOW", "DeveloperContext", "develop"]
 
-DEV_WORKFLOW = "spec_execution_v1"
+DEV_WORKFLOW = DEVELOPER_WORKFLOW
 _SHORT = timedelta(seconds=30)
 _RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's answer to the agent's last submission

@@ -82,13 +82,18 @@ _EXIT_GRACE = timedelta(seconds=10)  # for the session's last answer after the a
 
 def _error_text(err: BaseException) -> str:
     """The innermost failure message a person can act on."""
+    return _innermost(err)[0]
+
+
+def _innermost(err: BaseException) -> tuple[str, str]:
+    """``(message, type)`` of the innermost application failure under ``err``."""
     cause: BaseException | None = err
-    message = str(err)
+    message, code = str(err), ""
     while cause is not None:
         if isinstance(cause, ApplicationError) and cause.message:
-            message = cause.message
+            message, code = cause.message, cause.type or ""
         cause = cause.__cause__ or getattr(cause, "cause", None)
-    return message
+    return message, code
 
 
 @workflow.defn
@@ -235,7 +240,8 @@ class Orchestration:
                 if isinstance(output, PlanOutput):
                     await self._check_architect_plan(output)
         except (ActivityError, ApplicationError, ChildWorkflowError) as err:
-            state.record_failure(step, _error_text(err), workflow.now())
+            message, code = _innermost(err)
+            state.record_failure(step, message, workflow.now(), code=code)
             return
         ref = await self._store_if_large(key, output)
         state.record_output(step, key, output, usage, workflow.now(), model=model, ref=ref)
