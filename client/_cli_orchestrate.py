@@ -166,7 +166,7 @@ def _clients(pg: PhasegateClient) -> OrchestrationClient:
 
 
 async def run(ctx: Any) -> int:
-    from phasegate.client._issue_files import load_profile, read_issue
+    from phasegate.client._issue_files import PROFILES_DIR, load_profile, read_issue
 
     a = ctx.args
     issue = read_issue(a.issue)  # file errors need no server
@@ -177,9 +177,11 @@ async def run(ctx: Any) -> int:
     a.started_id = oid
     out = sys.stderr if a.json else sys.stdout
     url = render.ui_url(ctx.settings.web_ui_url, ctx.settings.namespace, oid)
+    shipped = source.parent == PROFILES_DIR
+    where = f"shipped library/profiles/{source.name}" if shipped else str(source)
     print(
         f"orchestration {oid}: issue {issue.id}: {issue.title}\n"
-        f"profile {profile.name} ({source}); working in {profile.working_dir}\nweb UI: {url}",
+        f"profile {profile.name} ({where}); working in {profile.working_dir}\nweb UI: {url}",
         file=out,
         flush=True,
     )
@@ -294,6 +296,10 @@ class _Follower:
                 if entry.seq > self.seq:
                     self.seq = entry.seq
                     self.say(entry_line(entry))
+                    if entry.kind == "step_started" and entry.agent == "developer":
+                        steps = [s for s in view.plan.steps if s.key == entry.key]
+                        if steps and steps[0].child_session:
+                            self._announce(steps[0].child_session)
             waiting = self._gate(view)
             waiting = await self._children(view) or waiting
             if view.status in _FINISHED:
@@ -326,12 +332,7 @@ class _Follower:
 
         waiting = False
         for child in view.child_sessions:
-            if child not in self.children:
-                self.children.add(child)
-                self.say(
-                    f"  developer session {child}: `phasegate phase {child}` shows its "
-                    f"current phase, `phasegate status {child}` its progress"
-                )
+            self._announce(child)
             if child in self.finished_children:
                 continue
             try:
@@ -354,6 +355,14 @@ class _Follower:
                         f"    phasegate approve {child} --as {who} --comment 'plan looks right'"
                     )
         return waiting
+
+    def _announce(self, child: str) -> None:
+        if child not in self.children:
+            self.children.add(child)
+            self.say(
+                f"  developer session {child}: `phasegate phase {child}` shows its "
+                f"current phase, `phasegate status {child}` its progress"
+            )
 
     def _finish(self, view: OrchestrationView) -> int:
         u = view.usage

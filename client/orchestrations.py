@@ -317,6 +317,13 @@ class OrchestrationClient:
             try:
                 return await self.temporal.get_workflow_handle(oid).query(query)
             except (WorkflowQueryFailedError, RPCError) as exc:
+                if _timed_out(exc):
+                    raise SessionError(
+                        f"orchestration {oid} did not answer in time",
+                        hint="check that a worker is running (`phasegate worker`) on task queue "
+                        f"{self.task_queue!r}; if it is, its log says why the orchestration's "
+                        "workflow task fails",
+                    ) from None
                 err = self._error(oid, exc)
                 if _STARTING not in err.message:
                     raise err from None
@@ -378,6 +385,14 @@ class OrchestrationClient:
                 hint=f"for a session use `phasegate status {oid}`",
             )
         return err
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A query no worker answered within the server's query timeout."""
+    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
+        return True
+    text = str(exc).lower()
+    return "timeout expired" in text or "timed out" in text
 
 
 def _sign(
