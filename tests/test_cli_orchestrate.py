@@ -20,10 +20,11 @@ import pytest
 from temporalio.service import RPCError
 
 from phasegate.client import keys
+from phasegate.client._cli_orchestrate import default_subcommand
 from phasegate.client._issue_files import load_profile, read_issue
 from phasegate.client.devserver import free_port
 from phasegate.client.orchestrations import OrchestrationClient
-from phasegate.domain.errors import PhasegateError
+from phasegate.domain.errors import OrchestrationError, PhasegateError
 
 REPO = Path(__file__).resolve().parent.parent
 ISSUES = REPO / "examples" / "issues"
@@ -203,6 +204,9 @@ async def test_signed_gates_approve_reject_and_replan(
             failed = await _cli(cli_env, "orchestrate", "watch", b)
             assert failed.code == 1
             assert "alice rejected gate 1" in failed.err and "not this quarter" in failed.err
+            with pytest.raises(OrchestrationError, match="alice rejected gate 1") as caught:
+                await oc.result(b)
+            assert caught.value.code == "orchestration_failed"
 
             # a waits in the developer step (an outside agent drives it): ask for a new plan
             for _ in range(100):
@@ -211,6 +215,7 @@ async def test_signed_gates_approve_reject_and_replan(
                     break
                 await asyncio.sleep(0.1)
             assert view.plan.steps[0].approved_by == "alice"
+            assert (await oc.plan(a)).steps[0].approved_by == "alice"
             refused = await _cli(cli_env, "orchestrate", "replan", a, "--reason", "x",
                                  "--as", "mallory")  # fmt: skip
             assert refused.code == 1 and "not signed" in refused.err
@@ -319,3 +324,18 @@ def test_profiles_shipped_and_working_dir(tmp_path, monkeypatch):
     assert mine.working_dir == str(tmp_path / "repo") and mine.max_replans == 1
     with pytest.raises(PhasegateError, match="is neither a profile file"):
         load_profile("nosuch")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["orchestrate", "I.md"], ["orchestrate", "run", "I.md"]),
+        (["--address", "h:1", "orchestrate", "--profile", "demo", "I.md"],
+         ["--address", "h:1", "orchestrate", "run", "--profile", "demo", "I.md"]),
+        (["orchestrate", "approve", "ID"], ["orchestrate", "approve", "ID"]),
+        (["orchestrate", "--help"], ["orchestrate", "--help"]),
+        (["status", "orchestrate"], ["status", "orchestrate"]),
+    ],
+)  # fmt: skip
+def test_orchestrate_without_a_subcommand_runs_the_issue(argv, expected):
+    assert default_subcommand(argv) == expected
