@@ -227,6 +227,7 @@ def _main_worker(
         # Where a coding agent the worker runs reaches this cluster (the client's own).
         temporal_address=client.service_client.config.target_host,
         library_paths=settings.library_paths,
+        developer_commands=settings.developer_commands,
     )
     # Temporal's own consistency check reads the same attribute.
     threads = getattr(executor, "_max_workers", None)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -59,6 +60,7 @@ __all__ = [
     "dev_tasks_md",
     "fill_command",
     "list_items",
+    "orchestration_folder",
     "run_coding_agent",
     "tail",
     "write_dev_spec",
@@ -74,7 +76,7 @@ _MAX_TASKS = 50  # tasks of a fallback phase, and review comments taken as tasks
 _MAX_TASK_CHARS = 300
 _MAX_COMMENT_CHARS = 4000  # one review comment in README.md
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_PLACEHOLDER = re.compile(r"\{(prompt|session_id)\}")
+_PLACEHOLDER = re.compile(r"\{(prompt|session_id|python)\}")
 _TASK_MARK = re.compile(  # a checkbox, then a task id: "[ ] 1.2 ", "T001 ", "**Task 1.1**: "
     r"^(?:\[[ xX~-]\]\*?\s*)?"
     r"(?:(?:\*\*)?(?:Task\s+)?(?:[A-Z]{1,3}\d+|\d+\.\d+)(?:\.\d+)*(?:\*\*)?[:.)]?\s+)?"
@@ -93,6 +95,9 @@ class DevSpecRequest(BaseModel):
     attempt: int = Field(1, ge=1, description="The developer's pass: 1, then 2 after a rejection.")
     issue: Issue
     plan: PlanOutput | None = None
+    plan_ref: str | None = Field(
+        None, max_length=MAX_PATH_CHARS, description="The plan's file when it is kept by reference."
+    )
     review_comments: list[str] = Field(default_factory=list, max_length=_MAX_TASKS)
 
 
@@ -157,17 +162,9 @@ def write_dev_spec(req: DevSpecRequest) -> DevSpec:
             f"the working directory {req.working_dir!r} is not a folder",
             "set the profile's working_dir to the project's folder",
         )
-    folder = root.joinpath(*SPEC_FOLDER, _folder_name(req.orchestration_id), f"dev-{req.attempt}")
-    real_root = os.path.realpath(root).rstrip("/") + "/"
-    for check in (False, True):  # before creating anything, and once it exists
-        if check:
-            folder.mkdir(parents=True, exist_ok=True)
-        if not os.path.realpath(folder).startswith(real_root):
-            raise _invalid(
-                f"{folder} resolves outside the working directory {real_root.rstrip('/')}",
-                f"remove the symlink under {root / SPEC_FOLDER[0]}",
-            )
-    text, from_plan = dev_tasks_md(req.issue, req.plan, req.review_comments)
+    folder = orchestration_folder(req.working_dir, req.orchestration_id, f"dev-{req.attempt}")
+    plan = req.plan or (_plan_from(req.plan_ref, root) if req.plan_ref else None)
+    text, from_plan = dev_tasks_md(req.issue, plan, req.review_comments)
     spec = parse_tasks_md(text, source=str(folder / "tasks.md"))  # dev_tasks_md checked it
     _write(folder / "README.md", _readme(req))
     _write(folder / "tasks.md", text)
@@ -267,6 +264,35 @@ def _one_line(text: str) -> str:
     """A task's text: one line, no heading or list markers, at most 300 characters."""
     line = " ".join(text.split()).lstrip("#>*-+ ")
     return line[:_MAX_TASK_CHARS].rstrip()
+
+
+def orchestration_folder(working_dir: str, orchestration_id: str, *parts: str) -> Path:
+    """``<working_dir>/.phasegate/orchestrations/<id>/<parts>``, created, and refused
+    (``developer_invalid``) when a symlink under it leads out of the working directory."""
+    root = Path(working_dir)
+    folder = root.joinpath(*SPEC_FOLDER, _folder_name(orchestration_id), *parts)
+    real_root = os.path.realpath(root).rstrip("/") + "/"
+    for check in (False, True):  # before creating anything, and once it exists
+        if check:
+            folder.mkdir(parents=True, exist_ok=True)
+        if not os.path.realpath(folder).startswith(real_root):
+            raise _invalid(
+                f"{folder} resolves outside the working directory {real_root.rstrip('/')}",
+                f"remove the symlink under {root / SPEC_FOLDER[0]}",
+            )
+    return folder
+
+
+def _plan_from(ref: str, root: Path) -> PlanOutput | None:
+    """The architect's whole plan, kept as a file by reference (``store_output``)."""
+    path = os.path.realpath(ref)
+    if not path.startswith(os.path.realpath(root).rstrip("/") + "/"):
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return PlanOutput.model_validate_json(fh.read(2 * 1024 * 1024))
+    except (OSError, ValueError):
+        return None
 
 
 def _folder_name(orchestration_id: str) -> str:
@@ -400,7 +426,7 @@ def coding_agent_env(
 def fill_command(command: list[str], *, prompt: str, session_id: str) -> list[str]:
     """``command`` with ``{prompt}`` and ``{session_id}`` filled in each argument (one
     pass: braces in the prompt are left as written; no shell ever parses it)."""
-    values = {"prompt": prompt, "session_id": session_id}
+    values = {"prompt": prompt, "session_id": session_id, "python": sys.executable}
     return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in command]
 
 

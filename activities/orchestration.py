@@ -16,15 +16,18 @@ keeping large outputs as files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
 from temporalio import activity
 
+from phasegate.activities.developer import orchestration_folder
 from phasegate.domain.agents import STEP_AGENTS, Profile
 from phasegate.domain.orchestration_messages import (
     OrchestrationSetup,
@@ -39,7 +42,6 @@ __all__ = [
     "OrchestrationActivities",
     "SetupRequest",
     "StoreOutputRequest",
-    "orchestration_dir",
 ]
 
 DEVELOPER_WORKFLOW = "spec_execution_v1"  # the developer's gated session runs this
@@ -65,12 +67,6 @@ class StoreOutputRequest(BaseModel):
     output: dict
 
 
-def orchestration_dir(working_dir: str, orchestration_id: str) -> Path:
-    """Where an orchestration keeps its files inside the working directory."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", orchestration_id)[:120]
-    return Path(working_dir) / ".phasegate" / "orchestrations" / safe
-
-
 class OrchestrationActivities:
     """The worker-side checks and files of orchestrations.
 
@@ -82,6 +78,7 @@ class OrchestrationActivities:
         target_roots: Folders a working directory must lie in (empty: anywhere but ``/``).
         temporal_address: The address a coding agent the worker runs connects to.
         library_paths: The worker's libraries; the developer's workflow must be in one.
+        developer_commands: The coding agents this worker runs, by name; nothing else runs.
     """
 
     def __init__(
@@ -94,7 +91,9 @@ class OrchestrationActivities:
         target_roots: list[str] | None = None,
         temporal_address: str = "",
         library_paths: list[str] | None = None,
+        developer_commands: dict[str, list[str]] | None = None,
     ) -> None:
+        self.developer_commands = dict(developer_commands or {})
         self.temporal_address = temporal_address
         self.library_paths = list(library_paths or [])
         self.default_models = dict(default_models or {})
@@ -153,19 +152,44 @@ class OrchestrationActivities:
                 f"libraries ({', '.join(self.library_paths) or 'none'}): add the shipped "
                 "library to PHASEGATE_LIBRARY"
             )
-        if profile.developer.mode == "command" and not profile.developer.command:
-            problems.append(
-                "developer.mode is 'command' but developer.command is empty: name the coding "
-                'agent to run, e.g. ["claude", "-p", "{prompt}"], or use mode "mcp"'
-            )
+        command = self._developer_command(profile, problems)
         return OrchestrationSetup(
             models=models,
             working_dir=working_dir,
             approver_keys=self.approver_keys,
             unsigned_approvals=self.allow_unsigned_approvals,
             temporal_address=self.temporal_address,
+            developer_command=command,
             problems=problems,
         )
+
+    def _developer_command(self, profile: Profile, problems: list[str]) -> list[str]:
+        """The worker's own command for the developer: named by ``developer.agent`` or
+        spelled out as one of the worker's commands; never a program the starter chose."""
+        dev = profile.developer
+        if dev.mode != "command":
+            return []
+        names = ", ".join(sorted(self.developer_commands)) or "none"
+        if dev.agent:
+            if dev.agent in self.developer_commands:
+                return list(self.developer_commands[dev.agent])
+            problems.append(
+                f"developer.agent {dev.agent!r} is not a coding agent this worker runs "
+                f"({names}; PHASEGATE_DEVELOPER_COMMANDS on the worker lists them)"
+            )
+            return []
+        for command in self.developer_commands.values():
+            if _same_command(command, dev.command):
+                return list(command)
+        problems.append(
+            "developer.command is not one of the worker's coding agents: name one with "
+            f"developer.agent ({names}); the worker's PHASEGATE_DEVELOPER_COMMANDS lists "
+            "them, and a starter cannot make the worker run another program"
+            if dev.command
+            else f"developer.mode is 'command' but names no agent: set developer.agent ({names}) "
+            'or use mode "mcp"'
+        )
+        return []
 
     def _working_dir(self, working_dir: str, problems: list[str]) -> str:
         if not working_dir:
@@ -215,13 +239,29 @@ class OrchestrationActivities:
     @activity.defn(name="store_output")
     def store_output(self, req: StoreOutputRequest) -> str:
         """Write one output as JSON under the orchestration's folder; returns its path."""
-        folder = orchestration_dir(req.working_dir, req.orchestration_id)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = orchestration_folder(req.working_dir, req.orchestration_id, "outputs")
         path = folder / f"{re.sub(r'[^A-Za-z0-9_-]', '_', req.key)}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(req.output, indent=2, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        data = json.dumps(req.output, indent=2, ensure_ascii=False).encode("utf-8")
+        tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+        # O_EXCL|O_NOFOLLOW: never write through a link planted in the folder.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return str(path)
+
+
+def _same_command(allowed: list[str], asked: list[str]) -> bool:
+    """Whether ``asked`` is ``allowed`` (``{python}`` may be spelled as this interpreter)."""
+    python = {"{python}", sys.executable, os.path.realpath(sys.executable)}
+    return len(allowed) == len(asked) and all(
+        a == b or (a == "{python}" and b in python) for a, b in zip(allowed, asked, strict=True)
+    )
 
 
 def _check_path(root: Path, path: str, claimed: bool) -> str | None:

@@ -170,14 +170,17 @@ class DeveloperProfile(BaseModel):
 
     ``mcp``: an outside agent (or a person) drives the developer's gated session over
     MCP or the CLI; the step waits until that session completes. ``command``: the
-    worker runs a coding-agent CLI in the working directory (``claude -p {prompt}``,
-    ``codex exec {prompt}``), with ``PHASEGATE_SESSION`` set to the session it must
-    complete; ``{prompt}`` and ``{session_id}`` in an argument are filled in.
+    worker runs one of ITS coding agents (``agent``: a name from the worker's
+    ``PHASEGATE_DEVELOPER_COMMANDS``, e.g. ``claude``, ``codex``, ``scripted``) in the
+    working directory, with ``PHASEGATE_SESSION`` set to the session it must complete.
+    ``command`` may spell out one of those commands instead; a program the worker does
+    not list is refused, so whoever starts an orchestration cannot run code on it.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["mcp", "command"] = "mcp"
+    agent: str = Field("", max_length=32, description="A coding agent the worker lists.")
     command: list[Annotated[str, StringConstraints(max_length=MAX_PATH_CHARS)]] = Field(
         default_factory=list, max_length=64
     )

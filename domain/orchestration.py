@@ -47,7 +47,13 @@ from phasegate.domain.orchestration_messages import (
     PlanView,
     StepRecord,
 )
-from phasegate.domain.orchestration_views import compact, plan_view, state_view
+from phasegate.domain.orchestration_views import (
+    INLINE_OUTPUT_BYTES,
+    compact,
+    plan_view,
+    shrink,
+    state_view,
+)
 from phasegate.domain.signing import ApproverKey
 
 __all__ = [
@@ -205,7 +211,13 @@ class OrchestrationState(GateRules):
         model: str,
         usage: StepUsage | None = None,
     ) -> None:
-        """Adopt the planner's decision as this run's plan (recorded as ``planner_<n>``)."""
+        """Adopt the planner's decision as this run's plan (recorded as ``planner_<n>``).
+
+        A run that failed while the planner was thinking (a person's replan with none
+        left) stays failed.
+        """
+        if self.status in ("completed", "failed"):
+            return
         key = self.next_key("planner")
         data = decision.model_dump(mode="json")
         self.outputs[key] = OutputRecord(
@@ -230,6 +242,18 @@ class OrchestrationState(GateRules):
         self.status = "running"
         names = " → ".join(step.agent for step in decision.steps)
         self.log(now, "plan", agent="planner", actor=model, detail=f"{names}: {decision.reasoning}")
+
+    def plan_problems(self, decision: PlannerDecision) -> list[str]:
+        """What makes a plan unusable whatever the workspace holds."""
+        agents = [step.agent for step in decision.steps]
+        if "developer" not in agents:
+            return [
+                (
+                    "the plan has no developer step: nothing would change the code "
+                    "(an orchestration ends with reviewed work)"
+                )
+            ]
+        return []
 
     def refuse_plan(self, problems: list[str], now: datetime) -> None:
         """The plan failed verification: replan while replans are left, else fail."""
@@ -331,6 +355,9 @@ class OrchestrationState(GateRules):
         if key in self.outputs:
             return False
         data = output.model_dump(mode="json")
+        digest_of_whole = digest(data)
+        if ref is not None:  # the whole output is in the file; history keeps a digest
+            data = shrink(data, INLINE_OUTPUT_BYTES)
         self.outputs[key] = OutputRecord(
             key=key,
             agent=step.agent,
@@ -338,7 +365,7 @@ class OrchestrationState(GateRules):
             output=data,
             usage=usage,
             model=model,
-            sha256=digest(data),
+            sha256=digest_of_whole,
             ref=ref,
             at=now,
         )

@@ -95,6 +95,11 @@ class GateRules:
             return f"the orchestration has {self.status}; start a new one"
         if self.pending_replan is not None:
             return f"a replan is already pending: {self.pending_replan}"
+        if self.replanned_count >= self.profile.max_replans:
+            return (
+                f"no replans left (max_replans {self.profile.max_replans}, "
+                f"{self.replanned_count} used): reject the open gate or start a new orchestration"
+            )
         return self._check_signed(
             self.replan_gate(),
             actor,

@@ -145,6 +145,9 @@ class OrchestrationSetup(BaseModel):
     approver_keys: list[ApproverKey] = Field(default_factory=list)
     unsigned_approvals: bool = False
     temporal_address: str = Field("", description="Where a coding agent reaches Temporal.")
+    developer_command: list[str] = Field(
+        default_factory=list, description="The worker's command for the developer (command mode)."
+    )
     problems: list[str] = Field(default_factory=list)
 
 

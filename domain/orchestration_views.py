@@ -4,16 +4,26 @@ compaction of what a replan carries. Pure.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 from phasegate.domain.orchestration_messages import OrchestrationCarry, OrchestrationView, PlanView
 
 if TYPE_CHECKING:
     from phasegate.domain.orchestration import OrchestrationState
 
-__all__ = ["MAX_CARRY_BYTES", "compact", "details_markdown", "plan_view", "state_view"]
+__all__ = [
+    "INLINE_OUTPUT_BYTES",
+    "MAX_CARRY_BYTES",
+    "compact",
+    "details_markdown",
+    "plan_view",
+    "shrink",
+    "state_view",
+]
 
 MAX_CARRY_BYTES = 1_000_000  # a replan's carried state stays well under Temporal's 2 MB
+INLINE_OUTPUT_BYTES = 16 * 1024  # larger outputs travel by reference (a file in the workspace)
 
 
 # ----------------------------------------------------------------- views
@@ -104,3 +114,27 @@ def details_markdown(state: OrchestrationState) -> str:
         f"{usage.output_tokens} out tokens"
     )
     return "\n".join(lines)
+
+
+def shrink(data: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``data`` with its long texts and lists cut until its JSON fits in ``limit``
+    bytes. Types stay as they were (a cut text keeps at least one character), so the
+    shrunk output still validates as its model; the whole one is kept by reference."""
+
+    def size(value: object) -> int:
+        return len(json.dumps(value))
+
+    budget = 4000
+    out = dict(data)
+    while size(out) > limit and budget >= 16:
+        out = {key: _cut(value, budget) for key, value in data.items()}
+        budget //= 2
+    return out
+
+
+def _cut(value: Any, budget: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= budget else value[: max(1, budget - 1)] + "…"
+    if isinstance(value, list):
+        return [_cut(item, budget) for item in value[:8]]
+    return value

@@ -26,6 +26,7 @@ from phasegate.domain.agents import AgentName
 from phasegate.domain.errors import PhasegateError
 
 __all__ = [
+    "DEVELOPER_COMMANDS",
     "RESERVED_PROVIDERS",
     "SEARCH_ATTRIBUTES",
     "TASK_QUEUE",
@@ -33,6 +34,14 @@ __all__ = [
     "Settings",
     "verify_task_queue",
 ]
+
+# Coding agents a worker runs by default (Settings.developer_commands).
+DEVELOPER_COMMANDS: dict[str, list[str]] = {
+    "claude": ["claude", "-p", "{prompt}"],
+    "codex": ["codex", "exec", "{prompt}"],
+    # phasegate's scripted coding agent: walks the session honestly (demo and tests)
+    "scripted": ["{python}", "-m", "phasegate.testing.coding_agent", "{prompt}"],
+}
 
 TASK_QUEUE = "phasegate"
 
@@ -204,6 +213,19 @@ class Settings(BaseModel):
         "provider's api_key_env).",
     )
 
+    developer_commands: dict[
+        Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")],
+        Annotated[list[Annotated[str, StringConstraints(max_length=4096)]], Field(min_length=1)],
+    ] = Field(
+        default_factory=lambda: dict(DEVELOPER_COMMANDS),
+        description="The coding agents this worker may run for an orchestration's developer, "
+        "by name (PHASEGATE_DEVELOPER_COMMANDS, JSON such as "
+        '{"claude": ["claude", "-p", "{prompt}"]}; replaces the defaults claude, codex and '
+        "scripted). A profile picks one by name (developer.agent); a starter can never make "
+        "the worker run another program. {prompt}, {session_id} and {python} (the worker's "
+        "interpreter) are filled in.",
+    )
+
     @field_validator("model_providers")
     @classmethod
     def _check_providers(cls, value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
@@ -276,6 +298,10 @@ class Settings(BaseModel):
             model_providers=_json_env(
                 env, "PHASEGATE_MODEL_PROVIDERS", "model_providers", _PROVIDERS_EXAMPLE
             ),
+            developer_commands=_json_env(
+                env, "PHASEGATE_DEVELOPER_COMMANDS", "developer_commands", _COMMANDS_EXAMPLE
+            )
+            or dict(DEVELOPER_COMMANDS),
         )
 
 
@@ -287,6 +313,7 @@ def _flag(value: str | None) -> bool | None:
 
 
 _MODELS_EXAMPLE = '{"planner": "rules", "analyst": "openai:gpt-4o", "reviewer": "demo"}'
+_COMMANDS_EXAMPLE = '{"claude": ["claude", "-p", "{prompt}"]}'
 _PROVIDERS_EXAMPLE = '{"ollama": {"base_url": "http://localhost:11434/v1"}}'
 
 

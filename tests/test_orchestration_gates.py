@@ -28,6 +28,7 @@ from phasegate.domain.orchestration_messages import (
     ReplanRequest,
     StartOrchestration,
 )
+from phasegate.domain.settings import DEVELOPER_COMMANDS
 from phasegate.testing import signed_approver
 from phasegate.workflows import Orchestration
 
@@ -173,7 +174,8 @@ async def test_review_loop_is_capped_and_fails_with_the_comments(
 async def test_phantom_developer_is_refused_and_max_replans_ends_the_run(
     env, settings_for, run_worker, tmp_path
 ):
-    settings = settings_for()
+    # The deployment lists the phantom as one of its coding agents (a starter cannot).
+    settings = settings_for(developer_commands={**DEVELOPER_COMMANDS, "phantom": PHANTOM_AGENT})
     with models(
         reviewer=scripted(REVIEW_OK), analyst=scripted(ANALYSIS), architect=scripted(PLAN)
     ) as ids:
@@ -228,7 +230,7 @@ async def test_bad_profile_fails_at_start_with_every_problem(
             await handle.result()
     reason = str(err.value.cause)
     for expected in ("nosuch", "models.architect is 'rules'", "no model for the reviewer",
-                     "not a folder", "nobody could approve", "developer.command is empty"):  # fmt: skip
+                     "not a folder", "nobody could approve", "names no agent"):  # fmt: skip
         assert expected in reason, (expected, reason)
 
 

@@ -24,7 +24,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.agent_prompts import render_agent_prompt
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from phasegate.activities.orchestration import DEVELOPER_WORKFLOW
     from phasegate.domain.agent_context import AgentPromptRequest, ContextSections
-    from phasegate.domain.agents import DeveloperResult, PlanOutput, ReviewResult, StepUsage
+    from phasegate.domain.agents import DeveloperResult, PlanOutput, StepUsage
     from phasegate.domain.messages import SessionOptions, SessionSummary, StartSession
     from phasegate.domain.orchestration import OrchestrationState
     from phasegate.domain.orchestration_messages import StepRecord
@@ -60,6 +60,7 @@ class DeveloperContext:
     state: OrchestrationState
     working_dir: str
     temporal_address: str
+    developer_command: list[str]
     sections: Callable[[StepRecord | None], ContextSections]
     publish: Callable[[], None]
 
@@ -81,10 +82,11 @@ async def develop(
             attempt=attempt,
             issue=state.issue,
             plan=PlanOutput.model_validate(architect.output)
-            if architect and architect.output
+            if architect and architect.output and not architect.ref
             else None,
-            review_comments=ReviewResult.model_validate(review.output).comments
-            if review and review.output and not review.output.get("approved", True)
+            plan_ref=architect.ref if architect else None,
+            review_comments=[str(c) for c in review.output.get("comments", [])]
+            if review and not review.output.get("approved", True)
             else [],
         ),
         start_to_close_timeout=_SHORT,
@@ -94,18 +96,13 @@ async def develop(
     step.child_session = child_id
     state.child_sessions.append(child_id)
     profile = state.profile
-    handle = await workflow.start_child_workflow(
-        GatedSession.run,
-        StartSession(
-            workflow_type=DEV_WORKFLOW,
-            target=ctx.working_dir,
-            options=SessionOptions(
-                spec_path=spec.spec_path, approvers=list(profile.approvers) or None
-            ),
-        ),
-        id=child_id,
-        task_queue=info.task_queue,
-    )
+    try:
+        handle = await _start_session(ctx, child_id, spec.spec_path)
+    except WorkflowAlreadyStartedError:
+        raise ApplicationError(
+            f"the developer session id {child_id} is already taken by another workflow",
+            non_retryable=True,
+        ) from None
     ctx.publish()
     replan: str | None = None
     try:
@@ -156,7 +153,7 @@ async def _drive(
     agent = workflow.start_activity(
         run_coding_agent,
         CodingAgentRequest(
-            command=dev.command,
+            command=ctx.developer_command,
             working_dir=ctx.working_dir,
             session_id=child_id,
             prompt=text,
@@ -192,6 +189,24 @@ async def _drive(
         f"the session refused to advance (see `phasegate status {child_id}`); the agent's "
         f"last output: {tail or '(none)'}",
         non_retryable=True,
+    )
+
+
+async def _start_session(
+    ctx: DeveloperContext, child_id: str, spec_path: str
+) -> workflow.ChildWorkflowHandle[GatedSession, SessionSummary]:
+    """Start the developer's gated session as a child of the orchestration."""
+    return await workflow.start_child_workflow(
+        GatedSession.run,
+        StartSession(
+            workflow_type=DEV_WORKFLOW,
+            target=ctx.working_dir,
+            options=SessionOptions(
+                spec_path=spec_path, approvers=list(ctx.state.profile.approvers) or None
+            ),
+        ),
+        id=child_id,
+        task_queue=workflow.info().task_queue,
     )
 
 

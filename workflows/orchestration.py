@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
@@ -38,12 +39,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from phasegate.domain.agent_context import AgentPromptRequest, ContextSections, OutputSummary
     from phasegate.domain.agents import (
+        MAX_PLAN_STEPS,
         AgentOutput,
         AnalysisResult,
         DeveloperResult,
         PlannerDecision,
         PlanOutput,
-        ReviewResult,
+        PlanStep,
         StepUsage,
     )
     from phasegate.domain.errors import OrchestrationError
@@ -73,6 +75,8 @@ from phasegate.workflows._developer_step import DeveloperContext, develop
 
 __all__ = ["Orchestration"]
 
+MAX_ORCHESTRATION_ID = 200
+
 _SHORT = timedelta(seconds=30)
 _RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
 _WORKFLOW_TYPE = "orchestration"
@@ -96,7 +100,8 @@ def _innermost(err: BaseException) -> tuple[str, str]:
     return message, code
 
 
-@workflow.defn
+# An input that fails its model fails the run with the reason (never a wedged task).
+@workflow.defn(failure_exception_types=[ValidationError])
 class Orchestration:
     """One issue worked by a planned pipeline of agents (see the module docstring)."""
 
@@ -109,6 +114,7 @@ class Orchestration:
         self._forged = start.carried is not None and not own
         self._state: OrchestrationState | None = None
         self._issue = start.issue
+        self._failure = ""  # why the run was refused before it had a state
 
     @workflow.run
     async def run(self, start: StartOrchestration) -> OrchestrationView:
@@ -127,10 +133,17 @@ class Orchestration:
             start_to_close_timeout=_SHORT,
             retry_policy=_RETRY,
         )
-        if setup.problems:
+        problems = list(setup.problems)
+        if len(workflow.info().workflow_id) > MAX_ORCHESTRATION_ID:
+            problems.append(
+                f"the orchestration id is longer than {MAX_ORCHESTRATION_ID} characters "
+                "(its developer sessions are named after it): pick a shorter --id"
+            )
+        if problems:
+            self._failure = "the profile cannot run: " + "; ".join(problems)
             raise application_error(
                 OrchestrationError(
-                    "the profile cannot run: " + "; ".join(setup.problems),
+                    self._failure,
                     where="profile",
                     hint="fix the profile (phasegate orchestrate ISSUE.md --profile P) and "
                     "start again",
@@ -205,11 +218,12 @@ class Orchestration:
         except (ActivityError, ApplicationError) as err:
             state.refuse_plan([f"the planner ({model}) failed: {_error_text(err)}"], workflow.now())
             return
-        claimed = (
-            list(AnalysisResult.model_validate(analysis.output).relevant_files)
-            if (analysis and analysis.output)
-            else []
-        )
+        if state.status == "failed":  # a person's replan with none left, while planning
+            return
+        if problems := state.plan_problems(decision):
+            state.refuse_plan(problems, workflow.now())
+            return
+        claimed = [str(f) for f in analysis.output.get("relevant_files", [])] if analysis else []
         verdict = await workflow.execute_activity_method(
             OrchestrationActivities.verify_plan,
             VerifyPlanRequest(
@@ -282,11 +296,12 @@ class Orchestration:
     def _sections(self, step: StepRecord | None) -> ContextSections:
         state = self._require()
         review = state.latest("reviewer")
-        comments = (
-            ReviewResult.model_validate(review.output).comments
-            if review and review.output and not review.output.get("approved", True)
-            else []
-        )
+        rejected = review is not None and not review.output.get("approved", True)
+        comments = [str(c) for c in review.output.get("comments", [])] if rejected else []
+        # At most MAX_PLAN_STEPS steps around the current one (review passes add steps).
+        cur = step.index if step is not None else 0
+        first = max(0, min(cur - MAX_PLAN_STEPS // 2, len(state.steps) - MAX_PLAN_STEPS))
+        window = state.steps[first : first + MAX_PLAN_STEPS]
         return ContextSections(
             issue=state.issue,
             # The newest output of each agent: history grows with every prompt it carries.
@@ -296,9 +311,8 @@ class Orchestration:
                 if o.agent != "planner" and o.output
             ],
             replan_request=state.replan_reason or None,
-            plan=[s.agent for s in state.steps]
-            and [{"agent": s.agent, "reason": s.reason} for s in state.steps],
-            current=step.index if step is not None else None,
+            plan=[PlanStep(agent=s.agent, reason=s.reason) for s in window],
+            current=cur - first if step is not None else None,
             review_comments=comments,
         )
 
@@ -325,6 +339,7 @@ class Orchestration:
                 state=self._require(),
                 working_dir=self._working_dir,
                 temporal_address=self._setup.temporal_address,
+                developer_command=self._setup.developer_command,
                 sections=self._sections,
                 publish=self._publish,
             ),
@@ -345,7 +360,8 @@ class Orchestration:
             return OrchestrationView(
                 orchestration_id=workflow.info().workflow_id,
                 issue=self._issue,
-                status="planning",
+                status="failed" if self._failure else "planning",
+                failure=self._failure,
                 plan=PlanView(),
             )
         return self._state.view()
