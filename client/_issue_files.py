@@ -16,8 +16,7 @@ A profile is YAML or JSON validated by :class:`~phasegate.domain.agents.Profile`
 ``--profile NAME`` may also name a profile shipped under ``library/profiles/``
 (``demo``, ``default``). An empty ``working_dir`` becomes the current directory, a
 relative one is taken from the profile file's folder, and ``--workdir`` wins over
-both. ``{python}`` in ``developer.command`` is the Python running this CLI (the
-shipped demo profile runs the scripted coding agent with it).
+both.
 
 Both are read with the bounded reader sessions use (a regular file, size-capped),
 and every error names ``file:line``, the field and what to do.
@@ -28,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +53,6 @@ _HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$")
 _LABELS = re.compile(r"^labels\s*:\s*(.*)$", re.IGNORECASE)
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._#/-]+")
-_PYTHON = "{python}"
 
 _ISSUE_HINTS = {
     "id": "set `id:` in the front matter (1-128 letters, digits and . _ # / -), or rename the file",
@@ -287,9 +284,7 @@ def load_profile(
         working = (path.parent / Path(profile.working_dir).expanduser()).resolve()
     else:
         working = here.resolve()
-    command = [arg.replace(_PYTHON, sys.executable) for arg in profile.developer.command]
-    developer = profile.developer.model_copy(update={"command": command})
-    return profile.model_copy(update={"working_dir": str(working), "developer": developer}), path
+    return profile.model_copy(update={"working_dir": str(working)}), path
 
 
 def _parse_profile(path: Path, text: str) -> dict[str, Any]:

@@ -247,7 +247,8 @@ async def test_a_profile_the_worker_refuses_fails_with_every_problem(
         )  # fmt: skip
     assert run.code == 1, run.out
     assert "the profile cannot run" in run.err
-    assert "models.analyst is 'rules'" in run.err and "developer.command is empty" in run.err
+    assert "models.analyst is 'rules'" in run.err
+    assert "developer.mode is 'command' but names no agent" in run.err
 
 
 # ---------------------------------------------------------------- files (no server)
@@ -314,7 +315,7 @@ def test_profiles_shipped_and_working_dir(tmp_path, monkeypatch):
     demo, source = load_profile("demo", cwd=tmp_path)
     assert source.name == "demo.yaml" and demo.models["reviewer"] == "demo"
     assert demo.working_dir == str(tmp_path.resolve())
-    assert demo.developer.command[0] == sys.executable  # {python}
+    assert (demo.developer.mode, demo.developer.agent) == ("command", "scripted")
     default, _ = load_profile(None, workdir="sub", cwd=tmp_path)
     assert default.name == "default" and default.working_dir == str(tmp_path / "sub")
     nested = tmp_path / "conf"
