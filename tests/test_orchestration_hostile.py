@@ -1,9 +1,6 @@
-"""An adversarial review of ``Orchestration``: attacks a hostile coding agent could make
-holding a Temporal client and a shell (ARCHITECTURE.md "Who can do what"), on the dev
-server. A test marked ``xfail(strict=True)`` documents a defect (its reason says what
-goes wrong and where the fix belongs): it passes once the defect is fixed, and the
-strict marker then asks for the mark to go. The others are attacks correctly refused.
-"""
+"""``Orchestration`` attacked as a hostile coding agent would, holding a Temporal client
+and a shell (ARCHITECTURE.md "Who can do what"), on the dev server. ``@defect`` marks a
+confirmed defect (strict xfail: it passes once fixed); the rest are attacks refused."""
 
 from __future__ import annotations
 
@@ -22,6 +19,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -32,7 +30,7 @@ from phasegate.client.api import PhasegateClient
 from phasegate.domain.agent_context import AgentPromptRequest, ContextSections
 from phasegate.domain.agents import AGENTS, DeveloperProfile, Issue, Profile
 from phasegate.domain.orchestration_gates import digest
-from phasegate.domain.orchestration_messages import ReplanRequest
+from phasegate.domain.orchestration_messages import ReplanRequest, StartOrchestration
 from phasegate.workflows import Orchestration
 
 TYPO = Issue(id="31", title="Fix typo in the README", labels=["docs"])  # [developer, reviewer]
@@ -50,20 +48,15 @@ def profile(tmp_path: Path, ids: dict[str, str] | None = None, command=HONEST_AG
     work = tmp_path / "repo"
     work.mkdir(exist_ok=True)
     (work / "README.md").write_text("We recieve mail.\n")
+    dev = DeveloperProfile(mode="command", command=command, timeout_minutes=2)
     return Profile(
-        working_dir=str(work),
-        models={**DEMO, **(ids or {})},
-        developer=DeveloperProfile(mode="command", command=command, timeout_minutes=2),
-        **over,
+        working_dir=str(work), models={**DEMO, **(ids or {})}, **{"developer": dev, **over}
     )
 
 
 async def watch(handle, until: Callable[[list[Any]], bool], timeout: float = 45.0) -> list[str]:
-    """Poll the run's history until ``until(events)`` holds or a workflow task fails.
-
-    Returns the workflow-task failures seen: a run whose workflow code raises anything
-    but an ``ApplicationError`` retries that task forever (wedged, neither done nor failed).
-    """
+    """Poll history until ``until(events)`` or a workflow task fails; the failures seen (a
+    non-ApplicationError in workflow code fails its task forever: the run is wedged)."""
     for _ in range(int(timeout / 0.25)):
         events = list((await handle.fetch_history()).events)
         failed = [
@@ -104,7 +97,6 @@ def defect(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=reason)
 
 
-@defect("CRITICAL: the client's developer.command runs on the worker, with its keys")
 async def test_a_client_chosen_developer_command_does_not_run_on_the_worker(
     env, settings_for, run_worker, tmp_path, monkeypatch
 ):
@@ -129,7 +121,6 @@ async def test_a_client_chosen_developer_command_does_not_run_on_the_worker(
     assert secret[::-1] not in history, "the worker's API key reached workflow history"
 
 
-@defect("HIGH: an invalid start input wedges the run (no failure_exception_types)")
 async def test_an_invalid_start_payload_fails_the_run_instead_of_wedging_it(
     env, settings_for, run_worker
 ):
@@ -148,7 +139,6 @@ async def test_an_invalid_start_payload_fails_the_run_instead_of_wedging_it(
                 await handle.terminate("test over")
 
 
-@defect("HIGH: a >245-char id raises ValidationError in develop(): wedged")
 async def test_a_long_orchestration_id_does_not_wedge_the_developer_step(
     env, settings_for, run_worker, tmp_path
 ):
@@ -166,53 +156,56 @@ async def test_a_long_orchestration_id_does_not_wedge_the_developer_step(
                 await handle.terminate("test over")
 
 
-@defect("HIGH: review passes grow steps past ContextSections.plan's 12: wedged")
 async def test_review_passes_growing_the_plan_past_twelve_steps_do_not_wedge_the_run(
     env, settings_for, run_worker, tmp_path
 ):
-    plan = {"reasoning": "review first", "steps": [{"agent": "reviewer"}] * 12}
+    steps = [{"agent": "reviewer"}, {"agent": "developer"}] + [{"agent": "reviewer"}] * 10
     settings = settings_for()
-    with models(planner=scripted(plan), reviewer=scripted(REVIEW_NO, REVIEW_OK)) as ids:
+    with models(planner=scripted({"reasoning": "r", "steps": steps}),
+                reviewer=scripted(REVIEW_NO, REVIEW_OK)) as ids:  # fmt: skip
         async with run_worker(settings):
             handle = await start(env.client, settings.task_queue, TYPO, profile(tmp_path, ids))
             try:  # the first review rejects: 14 steps, the developer's prompt is rendered next
                 assert await watch(handle, scheduled("run_coding_agent")) == []
+                assert len((await handle.query(Orchestration.state)).plan.steps) == 14
             finally:
                 await handle.terminate("test over")
 
 
-@defect("MEDIUM: set_plan turns a run failed during planning back to running")
-async def test_a_run_failed_while_the_planner_runs_stays_failed(
+async def test_a_replan_asked_while_the_planner_thinks_discards_that_plan(
     env, settings_for, run_worker, tmp_path
 ):
     release = asyncio.Event()
 
     async def slow_planner(messages: list[Any], info: AgentInfo) -> ModelResponse:
         await release.wait()
-        args = {"reasoning": "review only", "steps": [{"agent": "reviewer"}]}
+        args = {"reasoning": "r", "steps": [{"agent": "developer"}, {"agent": "reviewer"}]}
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, args)])
 
     settings = settings_for()
-    with models(planner=FunctionModel(slow_planner), reviewer=scripted(REVIEW_OK)) as ids:
+    with models(planner=FunctionModel(slow_planner)) as ids:
         async with run_worker(settings):
-            handle = await start(
-                env.client, settings.task_queue, TYPO, profile(tmp_path, ids, max_replans=0)
-            )
+            prof = profile(tmp_path, ids, max_replans=1, approval_required=["developer"])
+            handle = await start(env.client, settings.task_queue, TYPO, prof)
             await watch(handle, scheduled("agent__phasegate_planner__model_request"))
             view = await handle.execute_update(
                 Orchestration.request_replan, ReplanRequest(reason="stop", requested_by="lead")
             )
-            assert view.status == "failed" and "no replans left" in view.failure
+            assert view.status == "planning" and view.pending_replan
             release.set()
-            with pytest.raises(WorkflowFailureError):
-                await asyncio.wait_for(handle.result(), timeout=30)
+            latest = env.client.get_workflow_handle(handle.id)
+            try:
+                await wait_for(latest, lambda v: v.plan.replanned_count == 1 and v.awaiting)
+                kinds = [e.kind for e in await latest.query(Orchestration.history)]
+            finally:
+                await latest.terminate("test over")
+    assert "step_started" not in kinds[: kinds.index("replan")]  # the stale plan never ran
 
 
 def _huge(n: int, ch: str = "é") -> list[str]:
     return [ch * 16_000] * n  # at the field caps: 32 items of 16,000 characters
 
 
-@defect("HIGH: outputs with a ref stay inline; a 2 MB result wedges the run")
 async def test_outputs_at_the_caps_travel_by_reference_and_the_run_completes(
     env, settings_for, run_worker, tmp_path
 ):
@@ -236,7 +229,6 @@ async def test_outputs_at_the_caps_travel_by_reference_and_the_run_completes(
     assert view.status == "completed"
 
 
-@defect("MEDIUM: store_output follows a symlink out of the workspace")
 async def test_store_output_never_writes_through_a_symlink_out_of_the_workspace(
     env, settings_for, run_worker, tmp_path
 ):
@@ -254,7 +246,6 @@ async def test_store_output_never_writes_through_a_symlink_out_of_the_workspace(
     assert not list(outside.rglob("*.json")), "an output was written outside the workspace"
 
 
-@defect("LOW: a squatted child id fails the run with a raw Temporal error")
 async def test_a_workflow_squatting_the_next_child_id_fails_the_step_not_the_run(
     env, settings_for, run_worker, tmp_path
 ):
@@ -277,7 +268,6 @@ async def test_a_workflow_squatting_the_next_child_id_fails_the_step_not_the_run
     assert f"{oid}-dev-0-1" in cause.message
 
 
-@defect("MEDIUM (policy): a plan without a developer completes the run")
 async def test_a_plan_without_a_developer_cannot_complete_the_orchestration(
     env, settings_for, run_worker, tmp_path
 ):
@@ -292,7 +282,6 @@ async def test_a_plan_without_a_developer_cannot_complete_the_orchestration(
                 await asyncio.wait_for(handle.result(), timeout=30)
 
 
-@defect("LOW: a run refused at start answers status 'planning' forever")
 async def test_queries_after_a_refused_start_say_failed(env, settings_for, run_worker, tmp_path):
     settings = settings_for()
     bad = Profile(working_dir=str(tmp_path / "missing"))
@@ -304,7 +293,6 @@ async def test_queries_after_a_refused_start_say_failed(env, settings_for, run_w
     assert view.status == "failed" and "not a folder" in view.failure
 
 
-@defect("LOW: a replan with none left is accepted and fails the run")
 async def test_a_replan_request_with_no_replans_left_is_refused_not_fatal(
     env, settings_for, run_worker, tmp_path
 ):
@@ -325,6 +313,30 @@ async def test_a_replan_request_with_no_replans_left_is_refused_not_fatal(
                 await handle.terminate("test over")
 
 
+@defect("LOW: a run started with a retry policy refuses its own replan as forged carry")
+async def test_a_run_started_with_a_retry_policy_can_replan(
+    env, settings_for, run_worker, tmp_path
+):
+    settings = settings_for()
+    prof = profile(tmp_path, approval_required=["developer"], max_replans=2)
+    async with run_worker(settings):
+        handle = await env.client.start_workflow(
+            Orchestration.run, StartOrchestration(issue=TYPO, profile=prof),
+            id=f"orch-{uuid.uuid4().hex[:8]}", task_queue=settings.task_queue,
+            retry_policy=RetryPolicy(maximum_attempts=2),
+        )  # fmt: skip
+        await wait_for(handle, lambda v: v.awaiting is not None)
+        replan = ReplanRequest(reason="again", requested_by="lead")
+        await handle.execute_update(Orchestration.request_replan, replan)
+        latest = env.client.get_workflow_handle(handle.id)
+        try:
+            view = await wait_for(latest, lambda v: v.plan.replanned_count == 1, timeout=15)
+            assert view.status != "failed", view.failure
+        finally:
+            with contextlib.suppress(RPCError):
+                await latest.terminate("test over")
+
+
 @defect("LOW: a REPLAN: line anywhere in the output tail counts")
 def test_a_replan_line_echoed_mid_output_is_not_a_replan_request():
     from phasegate.activities.developer import CodingAgentRun
@@ -339,36 +351,28 @@ def test_a_replan_line_echoed_mid_output_is_not_a_replan_request():
 HOSTILE_AGENT = """
 import asyncio, json, os, subprocess, sys
 from phasegate.client.api import PhasegateClient
-
 async def main():
-    sid = os.environ["PHASEGATE_SESSION"]
-    oid = sid.rsplit("-dev-", 1)[0]
+    sid = os.environ["PHASEGATE_SESSION"]  # phase 0 waits for a person once this returns:
     subprocess.run([sys.executable, "-m", "phasegate.testing.coding_agent",
-                    "--approval-wait", "1", sys.argv[1]])  # phase 0 now waits for a person
+                    "--approval-wait", "1", sys.argv[1]])
     pg = await PhasegateClient.connect()
-    phase = (await pg.status(sid)).current_phase
-    orch = pg.temporal.get_workflow_handle(oid)
-    tries = {
-        "own session, unsigned": pg.decide(sid, approver="lead", decision="approve"),
-        "own session, forged": pg.decide(sid, approver="lead", decision="approve",
+    orch, yes = pg.temporal.get_workflow_handle(sid.rsplit("-dev-", 1)[0]), "approve"
+    out, tries = {}, {
+        "own session, unsigned": pg.decide(sid, approver="lead", decision=yes),
+        "own session, forged": pg.decide(sid, approver="lead", decision=yes,
                                          nonce="n" * 20, signature="A" * 86 + "=="),
-        "orchestration replan": orch.execute_update(
-            "request_replan", {"reason": "skip the review", "requested_by": "lead"}),
-        "orchestration gate": orch.execute_update(
-            "decide_approval", {"gate": 1, "approver": "lead", "decision": "approve"}),
+        "replan": orch.execute_update("request_replan", {"reason": "skip", "requested_by": "lead"}),
+        "gate": orch.execute_update(
+            "decide_approval", {"gate": 1, "approver": "lead", "decision": yes}),
     }
-    out = {}
     for name, call in tries.items():
         try:
-            await call
-            out[name] = "ACCEPTED"
+            out[name] = "ACCEPTED", await call
         except Exception as exc:
             out[name] = "refused: " + str(exc)[:300]
-    status = await pg.status(sid)
-    out["session"] = [status.status, status.current_phase, phase]
-    open(sys.argv[2], "w").write(json.dumps(out))
+    out["session"] = [(await pg.status(sid)).status, (await pg.status(sid)).current_phase]
+    open(sys.argv[2], "w").write(json.dumps(out, default=str))
     return 1
-
 sys.exit(asyncio.run(main()))
 """
 
@@ -376,24 +380,25 @@ sys.exit(asyncio.run(main()))
 async def test_a_coding_agent_cannot_approve_its_session_or_steer_the_orchestration(
     env, settings_for, run_worker, tmp_path
 ):
-    lead = keys.new_key("lead", directory=tmp_path / "keys")
-    settings = settings_for(
-        approver_keys_file=lead.model_dump_json(), allow_unsigned_approvals=False
-    )
     script, out = tmp_path / "hostile_agent.py", tmp_path / "hostile.json"
     script.write_text(HOSTILE_AGENT)
-    command = [sys.executable, str(script), "{prompt}", str(out)]
+    command = [sys.executable, str(script), "{prompt}", str(out)]  # the worker lists it
+    lead = keys.new_key("lead", directory=tmp_path / "keys")
+    settings = settings_for(
+        approver_keys_file=lead.model_dump_json(), allow_unsigned_approvals=False,
+        developer_commands={"hostile": command},
+    )  # fmt: skip
+    prof = profile(tmp_path, max_replans=0)
+    prof.developer = DeveloperProfile(mode="command", agent="hostile", timeout_minutes=2)
     async with run_worker(settings):
-        handle = await start(
-            env.client, settings.task_queue, TYPO, profile(tmp_path, command=command, max_replans=0)
-        )
+        handle = await start(env.client, settings.task_queue, TYPO, prof)
         with pytest.raises(WorkflowFailureError) as err:
             await asyncio.wait_for(handle.result(), timeout=60)
     tried = json.loads(out.read_text())
-    assert tried.pop("session") == ["awaiting_approval", 0, 0]  # still waits for a person
-    assert all(v.startswith("refused") for v in tried.values()), tried
+    assert tried.pop("session") == ["awaiting_approval", 0]  # still waits for a person
+    assert all(str(v).startswith("refused") for v in tried.values()), tried
     reason = str(err.value.cause)
-    assert "has not completed" in reason and "skip the review" not in reason
+    assert "has not completed" in reason and "lead asked" not in reason
 
 
 async def test_raw_malformed_decisions_and_replans_are_refused_before_history(
@@ -472,11 +477,12 @@ async def test_a_coding_agent_flooding_its_output_keeps_history_small(
         "import sys; w = sys.stdout.write; [w('x' * 65536) for _ in range(320)]; "
         "print(); print('REPLAN: flooded'); sys.exit(1)"
     )  # 20 MiB, then a replan request on the last line
-    settings = settings_for()
+    command = [sys.executable, "-c", flood]
+    settings = settings_for(developer_commands={"flood": command})  # the worker lists it
     async with run_worker(settings):
         handle = await start(
             env.client, settings.task_queue, TYPO,
-            profile(tmp_path, command=[sys.executable, "-c", flood], max_replans=0),
+            profile(tmp_path, command=command, max_replans=0),  # spelled out: allowed too
         )  # fmt: skip
         with pytest.raises(WorkflowFailureError) as err:
             await asyncio.wait_for(handle.result(), timeout=60)
@@ -497,3 +503,23 @@ def test_template_syntax_in_the_issue_is_data_in_every_prompt(agent):
     assert "1337" not in seen and "1338" not in seen and "looploop" not in seen
     assert "{{ 7 * 191 }}" in prompt.prompt  # the body, as written, inside a longer fence
     assert "````text" in prompt.prompt
+
+
+async def test_a_replan_supersedes_an_open_mcp_session_and_ends_it(
+    env, settings_for, run_worker, tmp_path
+):
+    settings = settings_for()
+    prof = profile(tmp_path, max_replans=1, developer=DeveloperProfile(mode="mcp"))
+    async with run_worker(settings):
+        handle = await start(env.client, settings.task_queue, TYPO, prof)
+        first = (await wait_for(handle, lambda v: v.child_sessions)).child_sessions[0]
+        replan = ReplanRequest(reason="wrong approach", requested_by="lead")
+        await handle.execute_update(Orchestration.request_replan, replan)
+        latest = env.client.get_workflow_handle(handle.id)
+        try:
+            view = await wait_for(latest, lambda v: len(v.child_sessions) == 2)
+            old = await env.client.get_workflow_handle(first).describe()
+            assert view.plan.replanned_count == 1 and view.child_sessions[0] == first
+            assert old.status.name != "RUNNING"  # nobody can finish it now
+        finally:
+            await latest.terminate("test over")
