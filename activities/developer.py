@@ -28,6 +28,7 @@ people: the agent has no approver's private key.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sys
@@ -45,6 +46,7 @@ from phasegate.activities.tasks_parser import parse_tasks_md
 from phasegate.domain.agents import Issue, PlanOutput
 from phasegate.domain.errors import SpecParseError
 from phasegate.domain.limits import MAX_PATH_CHARS
+from phasegate.domain.orchestration_gates import digest
 from phasegate.domain.spec import ParsedSpec
 from phasegate.domain.verify_contain import is_secret_name, redact
 from phasegate.temporal import load_settings
@@ -98,6 +100,13 @@ class DevSpecRequest(BaseModel):
     plan_ref: str | None = Field(
         None, max_length=MAX_PATH_CHARS, description="The plan's file when it is kept by reference."
     )
+    plan_sha256: str | None = Field(
+        None, max_length=64, description="The digest the orchestration recorded for that plan."
+    )
+    review_ref: str | None = Field(
+        None, max_length=MAX_PATH_CHARS, description="The review's file, kept by reference."
+    )
+    review_sha256: str | None = Field(None, max_length=64)
     review_comments: list[str] = Field(default_factory=list, max_length=_MAX_TASKS)
 
 
@@ -163,8 +172,11 @@ def write_dev_spec(req: DevSpecRequest) -> DevSpec:
             "set the profile's working_dir to the project's folder",
         )
     folder = orchestration_folder(req.working_dir, req.orchestration_id, f"dev-{req.attempt}")
-    plan = req.plan or (_plan_from(req.plan_ref, root) if req.plan_ref else None)
-    text, from_plan = dev_tasks_md(req.issue, plan, req.review_comments)
+    plan = req.plan or (_plan_from(req.plan_ref, req.plan_sha256, root) if req.plan_ref else None)
+    comments = req.review_comments
+    if req.review_ref:  # the whole review: the copy in history was shortened
+        comments = [str(c) for c in _recorded(req.review_ref, req.review_sha256, root)["comments"]]
+    text, from_plan = dev_tasks_md(req.issue, plan, comments)
     spec = parse_tasks_md(text, source=str(folder / "tasks.md"))  # dev_tasks_md checked it
     _write(folder / "README.md", _readme(req))
     _write(folder / "tasks.md", text)
@@ -283,16 +295,33 @@ def orchestration_folder(working_dir: str, orchestration_id: str, *parts: str) -
     return folder
 
 
-def _plan_from(ref: str, root: Path) -> PlanOutput | None:
+def _plan_from(ref: str, sha256: str | None, root: Path) -> PlanOutput:
     """The architect's whole plan, kept as a file by reference (``store_output``)."""
+    return PlanOutput.model_validate(_recorded(ref, sha256, root))
+
+
+def _recorded(ref: str, sha256: str | None, root: Path) -> dict:
+    """An output kept as a file by reference, exactly as the orchestration recorded it:
+    anyone with a shell in the workspace can edit the file, so its digest must be the
+    one history holds."""
     path = os.path.realpath(ref)
     if not path.startswith(os.path.realpath(root).rstrip("/") + "/"):
-        return None
+        raise _invalid(f"the plan file {ref} is outside the working directory", _PLAN_HINT)
     try:
         with open(path, "rb") as fh:
-            return PlanOutput.model_validate_json(fh.read(2 * 1024 * 1024))
-    except (OSError, ValueError):
-        return None
+            data = json.loads(fh.read(2 * 1024 * 1024))
+    except (OSError, ValueError) as err:
+        raise _invalid(f"the plan file {ref} cannot be read: {err}", _PLAN_HINT) from None
+    if sha256 is None or digest(data) != sha256:
+        raise _invalid(
+            f"the plan file {ref} changed since the architect wrote it (its digest is not the "
+            "one the orchestration recorded)",
+            _PLAN_HINT,
+        )
+    return data
+
+
+_PLAN_HINT = "ask for a replan (phasegate orchestrate replan ID --reason R --as NAME)"
 
 
 def _folder_name(orchestration_id: str) -> str:

@@ -28,7 +28,6 @@ from typing import Any
 from phasegate.domain.agents import (
     AgentOutput,
     AnalysisResult,
-    DeveloperResult,
     Issue,
     PlannerDecision,
     Profile,
@@ -50,6 +49,7 @@ from phasegate.domain.orchestration_messages import (
 from phasegate.domain.orchestration_views import (
     INLINE_OUTPUT_BYTES,
     compact,
+    output_summary,
     plan_view,
     shrink,
     state_view,
@@ -246,6 +246,8 @@ class OrchestrationState(GateRules):
     def plan_problems(self, decision: PlannerDecision) -> list[str]:
         """What makes a plan unusable whatever the workspace holds."""
         agents = [step.agent for step in decision.steps]
+        if "developer" in agents and "reviewer" not in agents[agents.index("developer") :]:
+            return ["the plan has no reviewer after the developer: work is never left unreviewed"]
         if "developer" not in agents:
             return [
                 (
@@ -372,7 +374,7 @@ class OrchestrationState(GateRules):
         self._add_usage(usage)
         step.status = "done"
         self.cursor = step.index + 1
-        self.log(now, "step_done", agent=step.agent, key=key, detail=_summary(output))
+        self.log(now, "step_done", agent=step.agent, key=key, detail=output_summary(output))
         self._react(step, key, output, now)
         return True
 
@@ -516,19 +518,3 @@ class OrchestrationState(GateRules):
     def latest(self, agent: str) -> OutputRecord | None:
         found = [o for o in self.outputs.values() if o.agent == agent]
         return found[-1] if found else None
-
-
-def _summary(output: AgentOutput) -> str:
-    if isinstance(output, AnalysisResult):
-        return f"scope {output.scope}, confidence {output.confidence:.2f}"
-    if isinstance(output, ReviewResult):
-        verdict = "approved" if output.approved else f"changes requested ({output.severity})"
-        return f"{verdict}, confidence {output.confidence:.2f}"
-    if isinstance(output, DeveloperResult):
-        done = "completed" if output.completed else "not completed"
-        return (
-            f"session {output.session_id} {done} ({output.phases_completed}/{output.total_phases})"
-        )
-    if isinstance(output, PlannerDecision):
-        return " → ".join(s.agent for s in output.steps)
-    return f"{getattr(output, 'goal', '')} (confidence {getattr(output, 'confidence', 0):.2f})"

@@ -81,8 +81,10 @@ class GateRules:
         if gate != self.awaiting.gate:
             return f"gate {gate} is not the open one: gate {self.awaiting.gate} is waiting"
         return self._check_signed(
-            gate, approver, decision, comment, nonce, signature, self.approval_binding()
-        )
+            gate, approver, decision, comment, nonce, signature, self.approval_binding(),
+            how=f"phasegate orchestrate {'approve' if decision == 'approve' else 'approve --reject'} "
+            f"{self.orchestration_id} --as NAME",
+        )  # fmt: skip
 
     def replan_gate(self) -> int:
         """The number a signed replan request names (the next gate number)."""
@@ -101,17 +103,17 @@ class GateRules:
                 f"{self.replanned_count} used): reject the open gate or start a new orchestration"
             )
         return self._check_signed(
-            self.replan_gate(),
-            actor,
-            "approve",
-            reason,
-            nonce,
-            signature,
-            {
-                "evidence_sha256": digest({"replan": self.replanned_count}),
-                "first_run_id": self.first_run_id,
-            },
-        )
+            self.replan_gate(), actor, "approve", reason, nonce, signature, self.replan_binding(),
+            how=f"phasegate orchestrate replan {self.orchestration_id} --reason R --as NAME",
+        )  # fmt: skip
+
+    def replan_binding(self) -> dict[str, str]:
+        """What a signed replan request binds (``state`` shows it as ``replan_binding``):
+        the replan it would be, so a captured request cannot be replayed later."""
+        return {
+            "evidence_sha256": digest({"replan": self.replanned_count}),
+            "first_run_id": self.first_run_id,
+        }
 
     def _check_signed(
         self,
@@ -122,6 +124,8 @@ class GateRules:
         nonce: str | None,
         signature: str | None,
         binding: dict[str, str] | None,
+        *,
+        how: str,
     ) -> str | None:
         allowed = self.approvers()
         if not self.keys:
@@ -146,7 +150,8 @@ class GateRules:
             binding=binding,
         )
         if problem is not None:
-            return f"{problem} (sign with `phasegate orchestrate approve ID --as NAME`)"
+            problem = problem.replace("this session requires", "this orchestration requires")
+            return f"{problem} (sign it with `{how}`)"
         return None
 
     def approvers(self) -> str:

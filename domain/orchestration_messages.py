@@ -222,6 +222,7 @@ class OrchestrationView(BaseModel):
     awaiting: AwaitingDecision | None = None
     approval_binding: dict[str, str] | None = None
     replan_gate: int = 0
+    replan_binding: dict[str, str] | None = None
     pending_replan: str | None = None
     outputs: list[OutputRecord] = Field(default_factory=list)
     usage: StepUsage = Field(default_factory=StepUsage)

@@ -7,6 +7,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from phasegate.domain.agents import (
+    AgentOutput,
+    AnalysisResult,
+    DeveloperResult,
+    PlannerDecision,
+    ReviewResult,
+)
 from phasegate.domain.orchestration_messages import OrchestrationCarry, OrchestrationView, PlanView
 
 if TYPE_CHECKING:
@@ -17,6 +24,7 @@ __all__ = [
     "MAX_CARRY_BYTES",
     "compact",
     "details_markdown",
+    "output_summary",
     "plan_view",
     "shrink",
     "state_view",
@@ -50,6 +58,7 @@ def state_view(state: OrchestrationState) -> OrchestrationView:
         awaiting=state.awaiting,
         approval_binding=state.approval_binding(),
         replan_gate=state.replan_gate(),
+        replan_binding=state.replan_binding(),
         pending_replan=state.pending_replan,
         outputs=list(state.outputs.values()),
         usage=state.usage,
@@ -122,7 +131,7 @@ def shrink(data: dict[str, Any], limit: int) -> dict[str, Any]:
     shrunk output still validates as its model; the whole one is kept by reference."""
 
     def size(value: object) -> int:
-        return len(json.dumps(value))
+        return len(json.dumps(value, ensure_ascii=False).encode())
 
     budget = 4000
     out = dict(data)
@@ -138,3 +147,20 @@ def _cut(value: Any, budget: int) -> Any:
     if isinstance(value, list):
         return [_cut(item, budget) for item in value[:8]]
     return value
+
+
+def output_summary(output: AgentOutput) -> str:
+    """One line for the history: what an agent's output says."""
+    if isinstance(output, AnalysisResult):
+        return f"scope {output.scope}, confidence {output.confidence:.2f}"
+    if isinstance(output, ReviewResult):
+        verdict = "approved" if output.approved else f"changes requested ({output.severity})"
+        return f"{verdict}, confidence {output.confidence:.2f}"
+    if isinstance(output, DeveloperResult):
+        done = "completed" if output.completed else "not completed"
+        return (
+            f"session {output.session_id} {done} ({output.phases_completed}/{output.total_phases})"
+        )
+    if isinstance(output, PlannerDecision):
+        return " → ".join(s.agent for s in output.steps)
+    return f"{getattr(output, 'goal', '')} (confidence {getattr(output, 'confidence', 0):.2f})"

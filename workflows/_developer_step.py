@@ -50,7 +50,7 @@ DEV_WORKFLOW = DEVELOPER_WORKFLOW
 _SHORT = timedelta(seconds=30)
 _RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's answer to the agent's last submission
-_REPLAN_LINE = re.compile(r"^REPLAN:\s*(.+)$", re.MULTILINE)
+_REPLAN_LINE = re.compile(r"REPLAN:\s*(.+)")
 
 
 @dataclass
@@ -85,16 +85,17 @@ async def develop(
             if architect and architect.output and not architect.ref
             else None,
             plan_ref=architect.ref if architect else None,
+            plan_sha256=architect.sha256 if architect and architect.ref else None,
             review_comments=[str(c) for c in review.output.get("comments", [])]
             if review and not review.output.get("approved", True)
             else [],
+            review_ref=review.ref if review and not review.output.get("approved", True) else None,
+            review_sha256=review.sha256 if review and review.ref else None,
         ),
         start_to_close_timeout=_SHORT,
         retry_policy=_RETRY,
     )
     child_id = f"{info.workflow_id}-dev-{state.replanned_count}-{attempt}"
-    step.child_session = child_id
-    state.child_sessions.append(child_id)
     profile = state.profile
     try:
         handle = await _start_session(ctx, child_id, spec.spec_path)
@@ -103,13 +104,26 @@ async def develop(
             f"the developer session id {child_id} is already taken by another workflow",
             non_retryable=True,
         ) from None
+    step.child_session = child_id
+    state.child_sessions.append(child_id)
     ctx.publish()
     replan: str | None = None
     try:
         if profile.developer.mode == "command":
             summary, replan = await _drive(ctx, handle, step, child_id, spec.spec_path)
         else:  # an outside agent drives the session; a person's replan stops the wait
-            await workflow.wait_condition(lambda: handle.done() or state.pending_replan is not None)
+            minutes = profile.developer.timeout_minutes
+            try:
+                await workflow.wait_condition(
+                    lambda: handle.done() or state.pending_replan is not None,
+                    timeout=timedelta(minutes=minutes),
+                )
+            except TimeoutError:
+                raise ApplicationError(
+                    f"no agent completed the developer session {child_id} within {minutes} "
+                    "minutes (developer.timeout_minutes)",
+                    non_retryable=True,
+                ) from None
             if not handle.done():
                 raise ApplicationError(
                     f"superseded by a replan while session {child_id} was open",
@@ -167,12 +181,23 @@ async def _drive(
         cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         retry_policy=RetryPolicy(maximum_attempts=2),
     )
-    done, _ = await workflow.wait([agent, handle], return_when=asyncio.FIRST_COMPLETED)
-    if handle in done:
-        agent.cancel()  # the session is over: stop the agent before anyone reads the workspace
+    # A person's replan ends the step at once, as the session's end does.
+    replan = asyncio.ensure_future(
+        workflow.wait_condition(lambda: ctx.state.pending_replan is not None)
+    )
+    try:
+        done, _ = await workflow.wait([agent, handle, replan], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        replan.cancel()
+    if handle in done or replan in done:
+        agent.cancel()  # stop the agent before anyone reads the workspace
         with contextlib.suppress(BaseException):
             await agent
-        return handle.result(), None
+        if handle in done:
+            return handle.result(), None
+        raise ApplicationError(
+            f"superseded by a replan while session {child_id} was open", non_retryable=True
+        )
     ran = agent.result()
     asked = _replan_request(ran)
     with contextlib.suppress(TimeoutError):  # the session may still answer the last submission
@@ -211,9 +236,11 @@ async def _start_session(
 
 
 def _replan_request(ran: CodingAgentRun) -> str | None:
-    """A ``REPLAN: why`` line the coding agent ended with (its prompt says how)."""
-    found = _REPLAN_LINE.findall(ran.output_tail)
-    return found[-1].strip()[:1000] if found else None
+    """A ``REPLAN: why`` line the coding agent ENDED with (its prompt says how); the
+    same text anywhere else (an echoed issue body) is not a request."""
+    lines = [line.strip() for line in ran.output_tail.splitlines() if line.strip()]
+    found = _REPLAN_LINE.fullmatch(lines[-1]) if lines else None
+    return found.group(1).strip()[:1000] if found else None
 
 
 def _result(child_id: str, summary: SessionSummary, replan: str | None) -> DeveloperResult:

@@ -110,7 +110,14 @@ class Orchestration:
     @workflow.init
     def __init__(self, start: StartOrchestration) -> None:
         info = workflow.info()  # cron and retry runs have a continued_run_id too: not ours
-        own = info.continued_run_id and not info.cron_schedule and info.retry_policy is None
+        # Only the orchestration's own replan carries state: cron and retry runs have a
+        # continued_run_id too, and a starter cannot know the first run's id in advance.
+        own = (
+            info.continued_run_id
+            and not info.cron_schedule
+            and start.carried is not None
+            and start.carried.first_run_id == info.first_execution_run_id
+        )
         self._forged = start.carried is not None and not own
         self._state: OrchestrationState | None = None
         self._issue = start.issue
@@ -318,7 +325,7 @@ class Orchestration:
 
     async def _store_if_large(self, key: str, output: AgentOutput) -> str | None:
         data = output.model_dump(mode="json")
-        if len(json.dumps(data)) <= OUTPUT_INLINE_BYTES:
+        if len(json.dumps(data, ensure_ascii=False).encode()) <= OUTPUT_INLINE_BYTES:
             return None
         return await workflow.execute_activity_method(
             OrchestrationActivities.store_output,
