@@ -194,26 +194,35 @@ async def watch(ctx: Any) -> int:
     return await _Follower(ctx, pg, _clients(pg), ctx.args.orchestration_id, out).run()
 
 
-async def decide(ctx: Any) -> int:
+def _signer(as_name: str | None) -> tuple[str, bool]:
+    """Who acts (``--as``, else the default approver), and whether you hold their key
+    (then the message is signed with it)."""
     from phasegate.client import keys
 
+    name = cmd._approver(as_name)
+    return name, (keys.keys_dir(None) / f"{name}.key").is_file()
+
+
+async def decide(ctx: Any) -> int:
     a = ctx.args
     if a.reject and not a.comment.strip():
         raise PhasegateError(
             "a rejection needs a reason", where="--comment", hint="add --comment WHY"
         )
-    name = cmd._approver(a.as_name)
-    signed = (keys.keys_dir(None) / f"{name}.key").is_file()
-    pg = await ctx.client()
-    oc = _clients(pg)
+    name, signed = _signer(a.as_name)
+    oc = _clients(await ctx.client())
     oid = a.orchestration_id
     before = await oc.state(oid)
     gate = before.awaiting
     if signed and gate is not None:
         cmd.echo_err(f"signing gate {gate.gate} ({gate.kind} of {gate.agent}) as {name}")
-    decide_with = oc.reject if a.reject else oc.approve
-    view = await decide_with(
-        oid, as_key=name if signed else None, approver=name, comment=a.comment, gate=a.gate
+    view = await oc.decide(
+        oid,
+        "reject" if a.reject else "approve",
+        as_key=name if signed else None,
+        approver=name,
+        comment=a.comment,
+        gate=a.gate,
     )
     verb = "rejected" if a.reject else "approved"
     what = f"gate {gate.gate} ({gate.kind} of {gate.agent})" if gate else "the gate"
@@ -226,13 +235,9 @@ async def decide(ctx: Any) -> int:
 
 
 async def replan(ctx: Any) -> int:
-    from phasegate.client import keys
-
     a = ctx.args
-    name = cmd._approver(a.as_name)
-    signed = (keys.keys_dir(None) / f"{name}.key").is_file()
-    pg = await ctx.client()
-    oc = _clients(pg)
+    name, signed = _signer(a.as_name)
+    oc = _clients(await ctx.client())
     view = await oc.request_replan(
         a.orchestration_id, a.reason, as_key=name if signed else None, requested_by=name
     )

@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import (
-    Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -26,9 +25,10 @@ from temporalio.client import (
     WorkflowUpdateStage,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from phasegate.client import _executions as executions
+from phasegate.client._base import BaseClient, timed_out, transient
 from phasegate.client._executions import Waiting
 from phasegate.domain.errors import (
     PayloadTooLarge,
@@ -54,7 +54,6 @@ from phasegate.domain.messages import (
     TaskView,
 )
 from phasegate.domain.session import evidence_size
-from phasegate.domain.settings import Settings
 from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, phasegate_error
 from phasegate.workflows.gated_session import GatedSession
 
@@ -86,24 +85,13 @@ def _listing(wf: Any) -> SessionListing:
     )
 
 
-class PhasegateClient:
+class PhasegateClient(BaseClient):
     """Start, read and drive gated sessions.
 
     Args:
         client: A connected Temporal client using the pydantic data converter.
         task_queue: Where the phasegate worker listens.
     """
-
-    def __init__(self, client: Client, task_queue: str = "phasegate") -> None:
-        self.temporal = client
-        self.task_queue = task_queue
-
-    @classmethod
-    async def connect(cls, settings: Settings | None = None) -> PhasegateClient:
-        from phasegate.temporal import connect, load_settings
-
-        settings = settings or load_settings()
-        return cls(await connect(settings), settings.task_queue)
 
     def handle(self, session_id: str) -> WorkflowHandle[Any, Any]:
         return self.temporal.get_workflow_handle(session_id)
@@ -315,24 +303,15 @@ class PhasegateClient:
             try:
                 return await self.handle(session_id).execute_update(update, arg, id=update_id)
             except RPCError as exc:
-                if attempt < _TRANSIENT_RETRIES and _transient(exc):
+                if attempt < _TRANSIENT_RETRIES and transient(exc):
                     await asyncio.sleep(0.05 * (attempt + 1))
                     continue
                 raise phasegate_error(exc) from None
             except WorkflowUpdateFailedError as exc:
                 raise phasegate_error(exc) from None
             except WorkflowUpdateRPCTimeoutOrCancelledError:
-                raise self._no_answer(session_id) from None
+                raise self._no_answer(f"session {session_id}") from None
         raise AssertionError("unreachable")
-
-    def _no_answer(self, session_id: str, tries: int = 1) -> SessionError:
-        """A session that did not answer in time (a busy or absent worker)."""
-        return SessionError(
-            f"session {session_id} did not answer in time"
-            + (f" ({tries} tries)" if tries > 1 else ""),
-            hint="check that a worker is running (`phasegate worker`) on task queue "
-            f"{self.task_queue!r}; under heavy load, try again in a moment",
-        )
 
     async def result(self, session_id: str) -> SessionSummary:
         try:
@@ -414,7 +393,7 @@ class PhasegateClient:
             try:
                 return await self.handle(session_id).query(query, *args)
             except (WorkflowQueryFailedError, RPCError) as exc:
-                if not _timed_out(exc):
+                if not timed_out(exc):
                     err = phasegate_error(exc)
                     if _still_loading(err):  # or never will: its start failed
                         err = await self._failed_start(session_id) or SessionNotActive(
@@ -425,7 +404,9 @@ class PhasegateClient:
                     raise err from None
                 if attempt == _QUERY_RETRIES:
                     err = await self._failed_start(session_id)
-                    raise err or self._no_answer(session_id, _QUERY_RETRIES + 1) from None
+                    raise err or self._no_answer(
+                        f"session {session_id}", _QUERY_RETRIES + 1
+                    ) from None
                 await asyncio.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")
 
@@ -444,22 +425,6 @@ _QUERY_RETRIES = 3
 def _still_loading(err: PhasegateError) -> bool:
     """The answer of a session that has not loaded its definition (yet, or ever)."""
     return "loading its definition" in err.message  # a query failure carries only its text
-
-
-def _timed_out(exc: BaseException) -> bool:
-    """A query the worker did not answer within the server's query timeout."""
-    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
-        return True
-    return "timeout expired" in str(exc).lower() or "timed out" in str(exc).lower()
-
-
-def _transient(exc: RPCError) -> bool:
-    """The server's answer when the workflow task that would accept an update failed or was
-    superseded (e.g. by continue-as-new); the next workflow task accepts it."""
-    return "workflow task failure" in str(exc.message) or exc.status in (
-        RPCStatusCode.UNAVAILABLE,
-        RPCStatusCode.ABORTED,
-    )
 
 
 def _bounded(sub: CheckpointSubmission) -> CheckpointSubmission:

@@ -17,10 +17,9 @@ import asyncio
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.client import (
-    Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -31,6 +30,7 @@ from temporalio.client import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from phasegate.client._base import BaseClient, timed_out, transient
 from phasegate.domain.agents import Issue, Profile
 from phasegate.domain.errors import PhasegateError, SessionError, SessionNotFound
 from phasegate.domain.orchestration_gates import digest
@@ -42,7 +42,6 @@ from phasegate.domain.orchestration_messages import (
     ReplanRequest,
     StartOrchestration,
 )
-from phasegate.domain.settings import Settings
 from phasegate.temporal import phasegate_error
 from phasegate.workflows.orchestration import Orchestration
 
@@ -59,24 +58,13 @@ def new_orchestration_id(issue: Issue) -> str:
     return f"orch-{slug}-{uuid.uuid4().hex[:6]}"
 
 
-class OrchestrationClient:
+class OrchestrationClient(BaseClient):
     """Start, read and decide orchestrations.
 
     Args:
         client: A connected Temporal client using the pydantic data converter.
         task_queue: Where the phasegate worker listens.
     """
-
-    def __init__(self, client: Client, task_queue: str = "phasegate") -> None:
-        self.temporal = client
-        self.task_queue = task_queue
-
-    @classmethod
-    async def connect(cls, settings: Settings | None = None) -> OrchestrationClient:
-        from phasegate.temporal import connect, load_settings
-
-        settings = settings or load_settings()
-        return cls(await connect(settings), settings.task_queue)
 
     def handle(self, orchestration_id: str) -> WorkflowHandle[Orchestration, OrchestrationView]:
         return self.temporal.get_workflow_handle_for(Orchestration.run, orchestration_id)
@@ -161,9 +149,10 @@ class OrchestrationClient:
         return desc.status not in (None, WorkflowExecutionStatus.RUNNING)
 
     # -------------------------------------------------------------- decisions
-    async def approve(
+    async def decide(
         self,
         orchestration_id: str,
+        decision: Literal["approve", "reject"],
         *,
         as_key: str | None,
         comment: str = "",
@@ -171,10 +160,13 @@ class OrchestrationClient:
         approver: str | None = None,
         gate: int | None = None,
     ) -> OrchestrationView:
-        """Approve the open gate (a step waiting to run, or an escalated output).
+        """Approve or reject the open gate (a step waiting to run, or an escalated output).
+
+        A rejection fails the orchestration with the comment as its reason.
 
         Args:
             orchestration_id: The orchestration.
+            decision: ``approve`` or ``reject``.
             as_key: Sign with this key (its name is the approver); None sends an
                 unsigned decision as ``approver`` (accepted only where the worker
                 allows unsigned approvals).
@@ -189,36 +181,7 @@ class OrchestrationClient:
                 signature, not an approver), with the fix.
             PhasegateError: Nothing is waiting for a decision.
         """
-        return await self._decide(
-            orchestration_id, "approve", as_key, comment, key_dir, approver, gate
-        )
-
-    async def reject(
-        self,
-        orchestration_id: str,
-        *,
-        as_key: str | None,
-        comment: str = "",
-        key_dir: str | Path | None = None,
-        approver: str | None = None,
-        gate: int | None = None,
-    ) -> OrchestrationView:
-        """Reject the open gate: the orchestration fails with the comment as reason
-        (arguments as :meth:`approve`)."""
-        return await self._decide(
-            orchestration_id, "reject", as_key, comment, key_dir, approver, gate
-        )
-
-    async def _decide(
-        self,
-        oid: str,
-        decision: str,
-        as_key: str | None,
-        comment: str,
-        key_dir: str | Path | None,
-        approver: str | None,
-        gate: int | None,
-    ) -> OrchestrationView:
+        oid = orchestration_id
         view = await self.state(oid)
         awaiting = view.awaiting
         if awaiting is None:
@@ -234,25 +197,21 @@ class OrchestrationClient:
                 where="--gate",
                 hint=f"read it with `phasegate plan show {oid}`, then decide gate {awaiting.gate}",
             )
-        name = approver or as_key
-        if not name:
-            raise PhasegateError("who is deciding?", hint="pass --as NAME")
-        nonce = signature = None
-        if as_key is not None:
-            nonce, signature = _sign(
-                as_key,
-                session_id=oid,
-                phase=awaiting.gate,
-                decision=decision,
-                comment=comment,
-                binding=view.approval_binding,
-                key_dir=key_dir,
-            )
-            name = as_key
+        name, nonce, signature = _signed(
+            as_key,
+            approver,
+            ask="who is deciding?",
+            key_dir=key_dir,
+            session_id=oid,
+            phase=awaiting.gate,
+            decision=decision,
+            comment=comment,
+            binding=view.approval_binding,
+        )
         msg = OrchestrationDecision(
             gate=awaiting.gate,
             approver=name,
-            decision=decision,  # type: ignore[arg-type]
+            decision=decision,
             comment=comment,
             nonce=nonce,
             signature=signature,
@@ -278,25 +237,24 @@ class OrchestrationClient:
             SessionError: The orchestration has finished, or a replan is already pending.
         """
         view = await self.state(orchestration_id)
-        name = requested_by or as_key
-        if not name:
-            raise PhasegateError("who asks for the replan?", hint="pass --as NAME")
-        nonce = signature = None
-        if as_key is not None:
-            nonce, signature = _sign(
-                as_key,
-                session_id=orchestration_id,
-                phase=view.replan_gate,
-                decision="approve",
-                comment=reason,
-                binding={
-                    "evidence_sha256": digest({"replan": view.run_chain_length - 1}),
-                    "first_run_id": (view.approval_binding or {}).get("first_run_id")
-                    or await self._first_run_id(orchestration_id),
-                },
-                key_dir=key_dir,
-            )
-            name = as_key
+        binding = None
+        if as_key is not None:  # the first run's id costs a describe: only when signing
+            binding = {
+                "evidence_sha256": digest({"replan": view.run_chain_length - 1}),
+                "first_run_id": (view.approval_binding or {}).get("first_run_id")
+                or await self._first_run_id(orchestration_id),
+            }
+        name, nonce, signature = _signed(
+            as_key,
+            requested_by,
+            ask="who asks for the replan?",
+            key_dir=key_dir,
+            session_id=orchestration_id,
+            phase=view.replan_gate,
+            decision="approve",
+            comment=reason,
+            binding=binding,
+        )
         msg = ReplanRequest(reason=reason, requested_by=name, nonce=nonce, signature=signature)
         return await self._update(orchestration_id, Orchestration.request_replan, msg)
 
@@ -317,13 +275,8 @@ class OrchestrationClient:
             try:
                 return await self.temporal.get_workflow_handle(oid).query(query)
             except (WorkflowQueryFailedError, RPCError) as exc:
-                if _timed_out(exc):
-                    raise SessionError(
-                        f"orchestration {oid} did not answer in time",
-                        hint="check that a worker is running (`phasegate worker`) on task queue "
-                        f"{self.task_queue!r}; if it is, its log says why the orchestration's "
-                        "workflow task fails",
-                    ) from None
+                if timed_out(exc):
+                    raise self._no_answer(f"orchestration {oid}") from None
                 err = self._error(oid, exc)
                 if _STARTING not in err.message:
                     raise err from None
@@ -345,11 +298,7 @@ class OrchestrationClient:
                     update, arg, id=update_id
                 )
             except RPCError as exc:
-                transient = "workflow task failure" in str(exc.message) or exc.status in (
-                    RPCStatusCode.UNAVAILABLE,
-                    RPCStatusCode.ABORTED,
-                )
-                if attempt < _UPDATE_RETRIES and transient:
+                if attempt < _UPDATE_RETRIES and transient(exc):
                     await asyncio.sleep(0.05 * (attempt + 1))
                     continue
                 raise self._error(oid, exc) from None
@@ -360,11 +309,7 @@ class OrchestrationClient:
                     continue
                 raise err from None
             except WorkflowUpdateRPCTimeoutOrCancelledError:
-                raise SessionError(
-                    f"orchestration {oid} did not answer in time",
-                    hint="check that a worker is running (`phasegate worker`) on task queue "
-                    f"{self.task_queue!r}",
-                ) from None
+                raise self._no_answer(f"orchestration {oid}") from None
         raise AssertionError("unreachable")
 
     def _error(self, oid: str, exc: BaseException) -> PhasegateError:
@@ -387,32 +332,26 @@ class OrchestrationClient:
         return err
 
 
-def _timed_out(exc: BaseException) -> bool:
-    """A query no worker answered within the server's query timeout."""
-    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
-        return True
-    text = str(exc).lower()
-    return "timeout expired" in text or "timed out" in text
-
-
-def _sign(
-    name: str,
+def _signed(
+    as_key: str | None,
+    name: str | None,
     *,
-    session_id: str,
-    phase: int,
-    decision: str,
-    comment: str,
-    binding: dict[str, str] | None,
+    ask: str,
     key_dir: str | Path | None,
-) -> tuple[str, str]:
+    **fields: Any,
+) -> tuple[str, str | None, str | None]:
+    """Who decides, and the nonce and signature of ``as_key`` over ``fields`` (the
+    arguments of ``client.keys.sign_decision``); unsigned (None, None) without a key.
+
+    Raises:
+        PhasegateError: Neither a key nor a name says who decides (``ask`` says what).
+    """
+    if as_key is None:
+        if not name:
+            raise PhasegateError(ask, hint="pass --as NAME")
+        return name, None, None
     from phasegate.client import keys
 
-    return keys.sign_decision(
-        name,
-        session_id=session_id,
-        phase=phase,
-        decision=decision,
-        comment=comment,
-        binding=binding,
-        directory=Path(key_dir) if key_dir is not None else None,
-    )
+    directory = Path(key_dir) if key_dir is not None else None
+    nonce, signature = keys.sign_decision(as_key, directory=directory, **fields)
+    return as_key, nonce, signature

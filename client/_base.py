@@ -1,0 +1,64 @@
+"""What the typed clients (``client.api``, ``client.orchestrations``) share: how they
+connect, and how they read Temporal's answers (a query no worker answered in time, an
+update refused while a run hands over to its continue-as-new successor, no answer).
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from phasegate.domain.errors import SessionError
+from phasegate.domain.settings import Settings
+
+__all__ = ["BaseClient", "timed_out", "transient"]
+
+
+class BaseClient:
+    """A connected Temporal client and the task queue the phasegate worker listens on.
+
+    Args:
+        client: A connected Temporal client using the pydantic data converter.
+        task_queue: Where the phasegate worker listens.
+    """
+
+    def __init__(self, client: Client, task_queue: str = "phasegate") -> None:
+        self.temporal = client
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> Self:
+        """Connect as ``settings`` say (default: the environment's, ``load_settings``)."""
+        from phasegate.temporal import connect, load_settings
+
+        settings = settings or load_settings()
+        return cls(await connect(settings), settings.task_queue)
+
+    def _no_answer(self, what: str, tries: int = 1) -> SessionError:
+        """``what`` (``session ID``, ``orchestration ID``) did not answer in time: a busy
+        or absent worker, or one whose workflow task fails."""
+        return SessionError(
+            f"{what} did not answer in time" + (f" ({tries} tries)" if tries > 1 else ""),
+            hint="check that a worker is running (`phasegate worker`) on task queue "
+            f"{self.task_queue!r}; under heavy load, try again in a moment; if it keeps "
+            "failing, the worker's log says why its workflow task fails",
+        )
+
+
+def timed_out(exc: BaseException) -> bool:
+    """A query no worker answered within the server's query timeout."""
+    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
+        return True
+    text = str(exc).lower()
+    return "timeout expired" in text or "timed out" in text
+
+
+def transient(exc: RPCError) -> bool:
+    """The server's answer when the workflow task that would accept an update failed or was
+    superseded (e.g. by continue-as-new); the next workflow task accepts it."""
+    return "workflow task failure" in str(exc.message) or exc.status in (
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.ABORTED,
+    )
