@@ -159,14 +159,8 @@ def _front_matter(path: Path, lines: list[str]) -> tuple[dict[str, Any], dict[st
     try:
         data = yaml.safe_load("\n".join(lines[1:end])) or {}
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 2 if mark is not None else 1
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PhasegateError(
-            f"the front matter is not valid YAML: {problem}",
-            where=f"{path}:{line}",
-            hint="write `key: value` lines (id, title, labels) between the --- lines",
-        ) from None
+        hint = "write `key: value` lines (id, title, labels) between the --- lines"
+        raise _yaml_error(exc, path, 2, "the front matter is not valid YAML", hint) from None
     if not isinstance(data, dict):
         raise PhasegateError(
             "the front matter must be `key: value` lines",
@@ -300,13 +294,8 @@ def _parse_profile(path: Path, text: str) -> dict[str, Any]:
             hint="fix the JSON (or write the profile as YAML)",
         ) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PhasegateError(
-            f"not valid YAML: {problem}",
-            where=f"{path}:{mark.line + 1 if mark is not None else 1}",
-            hint="write `field: value` lines, e.g. `max_replans: 2`",
-        ) from None
+        hint = "write `field: value` lines, e.g. `max_replans: 2`"
+        raise _yaml_error(exc, path, 1, "not valid YAML", hint) from None
     if not isinstance(data, dict):
         raise PhasegateError(
             "a profile is a mapping of fields",
@@ -315,6 +304,17 @@ def _parse_profile(path: Path, text: str) -> dict[str, Any]:
             f"{PROFILES_DIR / 'default.yaml'}",
         )
     return data
+
+
+def _yaml_error(
+    exc: yaml.YAMLError, path: Path, first_line: int, what: str, hint: str
+) -> PhasegateError:
+    """``what``: the parser's problem, at ``path:line`` (the YAML text starts on the
+    file's ``first_line``; line 1 when the parser names no place)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    line = mark.line + first_line if mark is not None else 1
+    return PhasegateError(f"{what}: {problem}", where=f"{path}:{line}", hint=hint)
 
 
 def _profile_error(path: Path, text: str, exc: ValidationError) -> PhasegateError:
