@@ -92,6 +92,14 @@ def cut(text: str, limit: int) -> str:
     return text[:head] + _CUT_MARK.format(n=len(text) - head)
 
 
+def _cut_texts(value: object, most: int, limit: int) -> object:
+    """The first ``most`` items of a list, each text ``cut`` to ``limit``; anything else
+    as it is, for the field's type to refuse."""
+    if not isinstance(value, list):
+        return value
+    return [cut(v, limit) if isinstance(v, str) else v for v in value[:most]]
+
+
 class OutputSummary(BaseModel):
     """One earlier agent output as an agent sees it: its key, agent and JSON (capped).
 
@@ -148,18 +156,12 @@ class ContextSections(BaseModel):
     @field_validator("review_comments", mode="before")
     @classmethod
     def _cap_comments(cls, value: object) -> object:
-        if not isinstance(value, list):
-            return value
-        kept = value[:MAX_REVIEW_COMMENTS]
-        return [cut(c, MAX_REQUEST_CHARS) if isinstance(c, str) else c for c in kept]
+        return _cut_texts(value, MAX_REVIEW_COMMENTS, MAX_REQUEST_CHARS)
 
     @field_validator("standards", mode="before")
     @classmethod
     def _cap_standards(cls, value: object) -> object:
-        if not isinstance(value, list):
-            return value
-        kept = value[:MAX_STANDARDS]
-        return [cut(s, MAX_STANDARD_CHARS) if isinstance(s, str) else s for s in kept]
+        return _cut_texts(value, MAX_STANDARDS, MAX_STANDARD_CHARS)
 
 
 class AgentPromptRequest(BaseModel):
