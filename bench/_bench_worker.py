@@ -8,6 +8,8 @@ separate processes), so the two do not share one interpreter lock.
 
 With ``--raw-only`` it serves only ``RawUpdateWorkflow`` on ``TASK_QUEUE-raw``, for
 benches that run phasegate's own ``python -m phasegate.worker`` processes beside it.
+Benches with another baseline serve it with :func:`serve` from their own worker
+process (``bench/orchestration_overhead.py --serve``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import concurrent.futures
 import contextlib
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import _common
 from baseline import RawUpdateWorkflow, echo
@@ -27,27 +31,36 @@ from phasegate.temporal import connect
 from phasegate.worker import build_worker
 
 
-async def main(address: str, task_queue: str, library: str | None, home: str | None) -> None:
-    settings = Settings(temporal_address=address, task_queue=task_queue)
-    if library is not None and home is not None:
-        settings = settings.model_copy(update={"home": home, "library_paths": [library]})
+async def serve(
+    settings: Settings, workflow: type, activity: Callable[..., Any], *, phasegate: bool = True
+) -> None:
+    """Serve phasegate's worker (unless ``phasegate`` is false) and a baseline worker
+    (``workflow`` and ``activity`` on ``<task queue>-raw``) until SIGTERM; print
+    ``ready`` once both poll."""
     client = await connect(settings)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         raw = Worker(
             client,
-            task_queue=f"{task_queue}-raw",
-            workflows=[RawUpdateWorkflow],
-            activities=[echo],
+            task_queue=f"{settings.task_queue}-raw",
+            workflows=[workflow],
+            activities=[activity],
             activity_executor=pool,
         )
         async with contextlib.AsyncExitStack() as stack:
-            if library is not None:
+            if phasegate:
                 await stack.enter_async_context(build_worker(client, settings, executor=pool))
             await stack.enter_async_context(raw)
             print("ready", flush=True)
             await stop.wait()
+
+
+async def main(address: str, task_queue: str, library: str | None, home: str | None) -> None:
+    settings = Settings(temporal_address=address, task_queue=task_queue)
+    if library is not None and home is not None:
+        settings = settings.model_copy(update={"home": home, "library_paths": [library]})
+    await serve(settings, RawUpdateWorkflow, echo, phasegate=library is not None)
 
 
 if __name__ == "__main__":

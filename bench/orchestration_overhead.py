@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,18 +35,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import _bench_worker
 import _common
-from _common import bench_environment, ms, pct
+from _common import bench_environment, ms, pct, stop_bench_worker
 from _orch_baseline import RawActivitiesWorkflow, noop
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Worker
 
 from phasegate import SHIPPED_LIBRARY
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.agents import DeveloperProfile, Issue, Profile
 from phasegate.domain.orchestration_messages import StartOrchestration
 from phasegate.domain.settings import Settings
-from phasegate.temporal import connect
 from phasegate.workflows import Orchestration
 
 RAW_ACTIVITIES = 20
@@ -92,7 +89,6 @@ async def serve(address: str, task_queue: str, home: str) -> None:
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
     from phasegate.testing import register_model
-    from phasegate.worker import build_worker
 
     def scripted(answer: dict[str, Any]) -> FunctionModel:
         def reply(messages: list[Any], info: AgentInfo) -> ModelResponse:
@@ -111,19 +107,7 @@ async def serve(address: str, task_queue: str, home: str) -> None:
         library_paths=[SHIPPED_LIBRARY],
         allow_unsigned_approvals=True,
     )
-    client = await connect(settings)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        raw = Worker(
-            client,
-            task_queue=f"{task_queue}-raw",
-            workflows=[RawActivitiesWorkflow],
-            activities=[noop],
-        )
-        async with build_worker(client, settings, executor=pool), raw:
-            print("ready", flush=True)
-            await stop.wait()
+    await _bench_worker.serve(settings, RawActivitiesWorkflow, noop)
 
 
 def start_worker(address: str, task_queue: str, home: str) -> subprocess.Popen[str]:
@@ -332,8 +316,7 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
                 sizes1.append(history_size(hist1))
             dev_lines = await developer_runs(client, task_queue, tmp, dev_runs)
         finally:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=30)
+            stop_bench_worker(worker)
     ev3, b3, a3 = (sorted(x[k] for x in sizes3)[len(sizes3) // 2] for k in (0, 1, 2))
     ev1, b1, a1 = (sorted(x[k] for x in sizes1)[len(sizes1) // 2] for k in (0, 1, 2))
     f = {
