@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -124,36 +125,48 @@ def lead_settings(tmp_path: Path) -> Settings:
     return make_settings(tmp_path / "home", approver_keys_file=str(keyfile))
 
 
-def agent_request(
-    env: WorkflowEnvironment, wd: Path, sid: str, queue: str, *args: str, **kw: object
-) -> CodingAgentRequest:
-    return CodingAgentRequest(
-        command=[sys.executable, "-m", "phasegate.testing.coding_agent", *args, "{prompt}"],
-        working_dir=str(wd),
-        session_id=sid,
-        prompt=kw.pop("prompt", f"Complete the phasegate session {sid}."),  # type: ignore[arg-type]
-        timeout_minutes=3,
-        task_queue=queue,
-        # The test's worker is built from settings, not from its environment: name the server.
-        temporal_address=env.client.service_client.config.target_host,
-        **kw,  # type: ignore[arg-type]
-    )
+@dataclasses.dataclass
+class SpecSession:
+    """A project, its developer spec, a spec_execution_v1 session over it (its worker
+    takes only the lead's signed approvals), and the developer step's task queue."""
 
+    env: WorkflowEnvironment
+    wd: Path
+    spec_path: str
+    tasks: int
+    pg: PhasegateClient
+    sid: str
+    queue: str
+    key_dir: Path
 
-async def run_with_approvals(
-    pg: PhasegateClient, sid: str, handle: WorkflowHandle, key_dir: Path
-) -> tuple[CodingAgentRun, list[int]]:
-    """Wait for the developer step, approving as the lead whenever the session asks."""
-    approve = signed_approver("lead", key_dir=key_dir, comment="plan looks right")
-    done = asyncio.ensure_future(handle.result())
-    approved: list[int] = []
-    while not done.done():
-        status = await pg.status(sid)
-        if status.status == "awaiting_approval":
-            await approve(pg, sid, status.current_phase)
-            approved.append(status.current_phase)
-        await asyncio.wait({done}, timeout=0.3)
-    return done.result(), approved
+    def agent(self, *args: str, prompt: str | None = None) -> CodingAgentRequest:
+        """The testing coding agent (``args``) working this session."""
+        return CodingAgentRequest(
+            command=[sys.executable, "-m", "phasegate.testing.coding_agent", *args, "{prompt}"],
+            working_dir=str(self.wd),
+            session_id=self.sid,
+            prompt=prompt or f"Complete the phasegate session {self.sid}.",
+            timeout_minutes=3,
+            task_queue=self.pg.task_queue,
+            # The test's worker is built from settings, not from its environment: name it.
+            temporal_address=self.env.client.service_client.config.target_host,
+        )
+
+    async def run_with_approvals(
+        self, req: CodingAgentRequest
+    ) -> tuple[CodingAgentRun, list[int], SessionView]:
+        """Run the developer step, approving as the lead whenever the session asks; the
+        run, the phases approved and the session's status after it."""
+        approve = signed_approver("lead", key_dir=self.key_dir, comment="plan looks right")
+        done = asyncio.ensure_future((await start_step(self.env, self.queue, req)).result())
+        approved: list[int] = []
+        while not done.done():
+            status = await self.pg.status(self.sid)
+            if status.status == "awaiting_approval":
+                await approve(self.pg, self.sid, status.current_phase)
+                approved.append(status.current_phase)
+            await asyncio.wait({done}, timeout=0.3)
+        return done.result(), approved, await self.pg.status(self.sid)
 
 
 async def start_step(
@@ -164,17 +177,29 @@ async def start_step(
     )
 
 
+@contextlib.asynccontextmanager
 async def session_over_spec(
-    env: WorkflowEnvironment, tmp_path: Path, plan: PlanOutput
-) -> tuple[Path, str, PhasegateClient, Settings, int]:
-    """A project, its developer spec, and a spec_execution_v1 session started over it."""
+    env: WorkflowEnvironment,
+    executor: concurrent.futures.ThreadPoolExecutor,
+    tmp_path: Path,
+    plan: PlanOutput,
+) -> AsyncIterator[SpecSession]:
+    """The developer spec of ``plan`` in a new project, and a spec_execution_v1 session
+    started over it, with its worker and the developer step's worker running."""
     wd = tmp_path / "project"
     wd.mkdir()
     req = DevSpecRequest(working_dir=str(wd), orchestration_id="orch-42", issue=ISSUE, plan=plan)
     spec = ActivityEnvironment().run(write_dev_spec, req)
     settings = lead_settings(tmp_path)
     pg = PhasegateClient(env.client, settings.task_queue)
-    return wd, spec.spec_path, pg, settings, spec.tasks
+    async with running_worker(env.client, settings, executor=executor):
+        # The spec lies under <working_dir>/.phasegate/: the target's spec rules accept it.
+        options = SessionOptions(spec_path=spec.spec_path)
+        sid = await pg.start("spec_execution_v1", str(wd), options=options)
+        async with developer_worker(env.client, executor) as queue:
+            yield SpecSession(
+                env, wd, spec.spec_path, spec.tasks, pg, sid, queue, tmp_path / "keys"
+            )
 
 
 # --------------------------------------------------------------------------- the spec
@@ -261,39 +286,24 @@ def test_the_spec_folder_stays_inside_the_working_directory(tmp_path: Path) -> N
 
 async def test_honest_agent_completes_the_session(env, executor, tmp_path: Path) -> None:
     plan = PlanOutput(goal="Load empty files", plan_markdown=TWO_PHASES, confidence=0.9)
-    wd, spec_path, pg, settings, tasks = await session_over_spec(env, tmp_path, plan)
-    async with running_worker(env.client, settings, executor=executor):
-        # The spec lies under <working_dir>/.phasegate/: the target's spec rules accept it.
-        sid = await pg.start(
-            "spec_execution_v1", str(wd), options=SessionOptions(spec_path=spec_path)
-        )
-        async with developer_worker(env.client, executor) as queue:
-            prompt = f"Complete session {sid}. The spec is {spec_path}."
-            handle = await start_step(
-                env, queue, agent_request(env, wd, sid, settings.task_queue, prompt=prompt)
-            )
-            run, approved = await run_with_approvals(pg, sid, handle, tmp_path / "keys")
-        status = await pg.status(sid)
+    async with session_over_spec(env, executor, tmp_path, plan) as s:
+        prompt = f"Complete session {s.sid}. The spec is {s.spec_path}."  # found in the prompt
+        run, approved, status = await s.run_with_approvals(s.agent(prompt=prompt))
+    sid, wd = s.sid, s.wd
     assert run.exit_code == 0 and not run.timed_out, run.output_tail
     assert f"session {sid} completed (3 phases)" in run.output_tail
     assert status.status == "completed" and len(status.completed_phases) == 3
     assert approved == [0] and [a.approver for a in status.approvals] == ["lead"]
     written = sorted(p.relative_to(wd).as_posix() for p in (wd / WORK_FOLDER).rglob("*.md"))
-    assert len(written) == tasks == 3 and written[0] == f"{WORK_FOLDER}/phase-1/1.1.md"
+    assert len(written) == s.tasks == 3 and written[0] == f"{WORK_FOLDER}/phase-1/1.1.md"
 
 
 async def test_phantom_agent_leaves_the_session_incomplete(env, executor, tmp_path: Path) -> None:
     plan = PlanOutput(goal="Load empty files", plan_markdown=NO_PHASES, confidence=0.8)
-    wd, spec_path, pg, settings, _ = await session_over_spec(env, tmp_path, plan)
-    async with running_worker(env.client, settings, executor=executor):
-        sid = await pg.start(
-            "spec_execution_v1", str(wd), options=SessionOptions(spec_path=spec_path)
+    async with session_over_spec(env, executor, tmp_path, plan) as s:
+        run, approved, status = await s.run_with_approvals(
+            s.agent("--phantom", "--spec", s.spec_path)
         )
-        async with developer_worker(env.client, executor) as queue:
-            req = agent_request(env, wd, sid, settings.task_queue, "--phantom", "--spec", spec_path)
-            handle = await start_step(env, queue, req)
-            run, approved = await run_with_approvals(pg, sid, handle, tmp_path / "keys")
-        status: SessionView = await pg.status(sid)
     # The agent says it is done and exits 0; the session says otherwise, and why.
     assert run.exit_code == 0 and run.output_tail.rstrip().endswith("all tasks done")
     assert approved == [0]
@@ -301,7 +311,7 @@ async def test_phantom_agent_leaves_the_session_incomplete(env, executor, tmp_pa
     assert [p.phase for p in status.completed_phases] == [0]
     problems = {p.field for p in status.last_problems}
     assert "files_changed" in problems, status.last_problems
-    assert not (wd / WORK_FOLDER).exists()
+    assert not (s.wd / WORK_FOLDER).exists()
 
 
 def _alive(pid: int) -> bool:
@@ -330,20 +340,33 @@ async def _all_dead(pids: list[int], within: float = 10.0) -> float:
     return loop.time() - start
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-async def test_cancelling_the_step_kills_the_agent_and_its_children(
-    env, executor, tmp_path: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def hanging_step(
+    env: WorkflowEnvironment,
+    executor: concurrent.futures.ThreadPoolExecutor,
+    tmp_path: Path,
+    timeout_minutes: float = 60,
+) -> AsyncIterator[tuple[WorkflowHandle[DeveloperStep, CodingAgentRun], list[int]]]:
+    """A developer step whose command (``HANG``) never ends, once its command and the
+    command's child run: the step's handle and their pids."""
     pidfile = tmp_path / "pids"
     req = CodingAgentRequest(
         command=[sys.executable, "-c", HANG, str(pidfile)],
         working_dir=str(tmp_path),
         session_id="no-session",
         task_queue="unused",
+        timeout_minutes=timeout_minutes,
     )
     async with developer_worker(env.client, executor) as queue:
         handle = await start_step(env, queue, req)
-        pids = await _pids(pidfile)
+        yield handle, await _pids(pidfile)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+async def test_cancelling_the_step_kills_the_agent_and_its_children(
+    env, executor, tmp_path: Path
+) -> None:
+    async with hanging_step(env, executor, tmp_path) as (handle, pids):
         assert all(_alive(p) for p in pids)
         for _ in range(100):  # the activity heartbeats while the agent works
             pending = (await handle.describe()).raw_description.pending_activities
@@ -361,18 +384,8 @@ async def test_cancelling_the_step_kills_the_agent_and_its_children(
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 async def test_a_timeout_kills_the_agent_and_is_a_result(env, executor, tmp_path: Path) -> None:
-    pidfile = tmp_path / "pids"
-    req = CodingAgentRequest(
-        command=[sys.executable, "-c", HANG, str(pidfile)],
-        working_dir=str(tmp_path),
-        session_id="no-session",
-        task_queue="unused",
-        timeout_minutes=0.04,  # 2.4 s
-    )
-    async with developer_worker(env.client, executor) as queue:
-        handle = await start_step(env, queue, req)
-        pids = await _pids(pidfile)
-        run = await handle.result()
+    async with hanging_step(env, executor, tmp_path, timeout_minutes=0.04) as (handle, pids):
+        run = await handle.result()  # after 2.4 s
     assert run.timed_out and run.exit_code == -9, run
     assert 2.4 <= run.seconds < 10 and "working" in run.output_tail
     await _all_dead(pids, within=2.0)
