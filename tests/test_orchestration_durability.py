@@ -25,7 +25,10 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from phasegate.domain.agents import Issue, Profile
+from orchestration_helpers import approving_children
+
+from phasegate.client.api import PhasegateClient
+from phasegate.domain.agents import DeveloperProfile, Issue, Profile
 from phasegate.domain.orchestration_messages import StartOrchestration
 from phasegate.domain.settings import Settings
 from phasegate.testing.fake_openai import FakeOpenAI
@@ -36,7 +39,8 @@ PLAN = {
     "steps": [
         {"agent": "analyst", "reason": "find where health checks belong"},
         {"agent": "architect", "reason": "design the endpoint"},
-        {"agent": "reviewer", "reason": "review the design"},
+        {"agent": "developer", "reason": "build it through a gated session"},
+        {"agent": "reviewer", "reason": "review the change"},
     ],
     "scope": "moderate",
 }
@@ -60,6 +64,7 @@ def _worker(settings: Settings, base_url: str, cwd: Path, name: str) -> subproce
         "PHASEGATE_TASK_QUEUE": settings.task_queue,
         "PHASEGATE_HOME": settings.home,
         "PHASEGATE_MODEL_PROVIDERS": json.dumps({"fake": {"base_url": base_url}}),
+        "PHASEGATE_ALLOW_UNSIGNED_APPROVALS": "1",  # the test approves the session's plan
     }
     with (cwd / f"{name}.log").open("w") as log:  # the child keeps its own copy
         proc = subprocess.Popen(
@@ -107,6 +112,7 @@ async def test_worker_killed_during_a_model_request_loses_nothing(env, settings_
                         models=dict.fromkeys(
                             ("planner", "analyst", "architect", "reviewer"), MODEL
                         ),
+                        developer=DeveloperProfile(mode="command", agent="scripted"),
                     ),
                 ),
                 id=f"orch-kill-{uuid.uuid4().hex[:8]}",
@@ -119,7 +125,9 @@ async def test_worker_killed_during_a_model_request_loses_nothing(env, settings_
             first.wait()
             fake.release()  # the dead worker's connection closes unanswered
             second = _worker(settings, fake.base_url, tmp_path, "second")
-            view = await asyncio.wait_for(handle.result(), timeout=55)
+            pg = PhasegateClient(env.client, settings.task_queue)
+            async with approving_children(pg, handle):  # a person approves the session's plan
+                view = await asyncio.wait_for(handle.result(), timeout=80)
             history = await handle.fetch_history()
             entries = await handle.query(Orchestration.history)
         finally:
@@ -130,7 +138,7 @@ async def test_worker_killed_during_a_model_request_loses_nothing(env, settings_
 
     assert view.status == "completed", view.failure
     keys = [o.key for o in view.outputs]
-    assert keys == ["planner_0", "analyst_0", "architect_0", "reviewer_0"]
+    assert keys == ["planner_0", "analyst_0", "architect_0", "developer_0", "reviewer_0"]
     # Nothing recorded before the kill was lost or redone: the planner's output is the
     # one it gave then, and the planner was asked once.
     planner = view.outputs[0]
