@@ -2,6 +2,8 @@
 
 - :class:`PhasegateClient` (``client.api``): typed async API to start, read and
   drive gated sessions; what the CLI and the MCP server use.
+- :class:`OrchestrationClient` (``client.orchestrations``): start and follow
+  orchestrations (an issue worked by planned agents), decide their gates.
 - :class:`DevServer` (``client.devserver``): the embedded Temporal dev server.
 - ``client.cli``: the ``phasegate`` command line.
 
@@ -17,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phasegate.client.api import PhasegateClient
     from phasegate.client.devserver import DevServer
+    from phasegate.client.orchestrations import OrchestrationClient
 
-__all__ = ["DevServer", "PhasegateClient"]
+__all__ = ["DevServer", "OrchestrationClient", "PhasegateClient"]
 
 _HOMES = {
     "PhasegateClient": "phasegate.client.api",
     "DevServer": "phasegate.client.devserver",
+    "OrchestrationClient": "phasegate.client.orchestrations",
 }
 
 
