@@ -5,18 +5,26 @@ Every LLM agent (planner, analyst, architect, reviewer) runs on a scripted
 ``FunctionModel`` that answers at once (zero latency, registered with
 ``phasegate.testing.register_model`` in the worker process), so what is left is
 phasegate + pydantic-ai + Temporal. The planner plans ``[analyst, architect,
-reviewer]`` (no developer: its step is a coding-agent CLI, timed apart with
-``--developer-runs``). Same dev server, same worker process, same run, runs
-interleaved with the baseline: a workflow executing trivial async activities one
-after another. Times come from the server's history (event times, the
-workflow's clock), sizes from the fetched history:
+developer, reviewer]`` (an orchestration ends with reviewed work); the developer
+runs the worker's scripted coding agent (``developer.agent = "scripted"``) and the
+bench approves its gated session as a person would. Same dev server, same worker
+process, same run, runs interleaved with the baseline: a workflow executing trivial
+async activities one after another. Times come from the server's history (event
+times, the workflow's clock), sizes from the fetched history. The step figures are
+the LLM steps only (analyst, architect, reviewer); the developer step (a CLI
+process and a child session) is reported apart:
 
-- step wall: ``step_started`` → ``step_done`` (prompt rendering activity, model
+- step wall: ``step_started`` -> ``step_done`` (prompt rendering activity, model
   request activity, the architect's plan check, the workflow tasks between them);
-- model request: the ``agent__*__model_request`` activity, scheduled → completed;
+- model request: the ``agent__*__model_request`` activity, scheduled -> completed;
 - raw activity round trip: one trivial activity and the workflow task that
-  schedules the next one (scheduled → next scheduled);
-- history per step: events and bytes of a 3-step plan minus a 1-step plan, / 2.
+  schedules the next one (scheduled -> next scheduled);
+- workflow task: started -> completed, the worker running workflow code (in the
+  LLM steps' slices, and in the baseline);
+- history per step: the events of each step's slice of the run's history, from the
+  step's first scheduled activity up to the next step's (the workflow task that
+  closes a step and starts the next counts for the step it closes; the run's final
+  event, which carries the whole result, counts for no step).
 
     .venv/bin/python bench/orchestration_overhead.py [--runs 12] [--developer-runs 1]
 """
@@ -27,11 +35,13 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +49,7 @@ import _bench_worker
 import _common
 from _common import bench_environment, ms, pct, stop_bench_worker
 from _orch_baseline import RawActivitiesWorkflow, noop
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from phasegate import SHIPPED_LIBRARY
 from phasegate.client.api import PhasegateClient
@@ -49,6 +59,7 @@ from phasegate.domain.settings import Settings
 from phasegate.workflows import Orchestration
 
 RAW_ACTIVITIES = 20
+LLM_STEPS = ("analyst", "architect", "reviewer")
 ISSUE = Issue(
     id="BENCH-1",
     title="Add a health endpoint to the service",
@@ -56,12 +67,13 @@ ISSUE = Issue(
     labels=["feature"],
 )
 TYPO = Issue(id="BENCH-2", title="Fix typo in README: 'recieve' to 'receive'", labels=["docs"])
-HONEST_AGENT = [sys.executable, "-m", "phasegate.testing.coding_agent", "{prompt}"]
+# The worker's own scripted coding agent (Settings.developer_commands["scripted"]).
+DEVELOPER = DeveloperProfile(mode="command", agent="scripted", timeout_minutes=2)
 ANSWERS: dict[str, dict[str, Any]] = {
     "analyst": {
         "findings": ["The service has no health route; the router is in one module."],
         "scope": "moderate",
-        "recommended_agents": ["architect", "reviewer"],
+        "recommended_agents": ["architect", "developer", "reviewer"],
         "confidence": 0.9,
     },
     "architect": {
@@ -76,7 +88,7 @@ ANSWERS: dict[str, dict[str, Any]] = {
 
 def _plan(*agents: str) -> dict[str, Any]:
     return {
-        "reasoning": "Investigate the request, design the change, then review it.",
+        "reasoning": "Investigate the request, design the change, build it, then review it.",
         "steps": [{"agent": a, "reason": f"the {a} step"} for a in agents],
         "scope": "moderate",
     }
@@ -96,8 +108,7 @@ async def serve(address: str, task_queue: str, home: str) -> None:
 
         return FunctionModel(reply)
 
-    register_model("planner3", scripted(_plan("analyst", "architect", "reviewer")))
-    register_model("planner1", scripted(_plan("reviewer")))
+    register_model("planner", scripted(_plan("analyst", "architect", "developer", "reviewer")))
     for agent, answer in ANSWERS.items():
         register_model(agent, scripted(answer))
     settings = Settings(
@@ -105,7 +116,7 @@ async def serve(address: str, task_queue: str, home: str) -> None:
         task_queue=task_queue,
         home=home,
         library_paths=[SHIPPED_LIBRARY],
-        allow_unsigned_approvals=True,
+        allow_unsigned_approvals=True,  # the bench approves the developer's session
     )
     await _bench_worker.serve(settings, RawActivitiesWorkflow, noop)
 
@@ -125,11 +136,11 @@ def _seconds(event: Any) -> float:
     return event.event_time.seconds + event.event_time.nanos / 1e9
 
 
-def activity_times(history: WorkflowHistory, prefix: str = "") -> list[float]:
-    """Scheduled → completed seconds of each activity whose type starts with ``prefix``."""
+def activity_times(events: Sequence[Any], prefix: str = "") -> list[float]:
+    """Scheduled -> completed seconds of each activity whose type starts with ``prefix``."""
     scheduled: dict[int, tuple[str, float]] = {}
     out: list[float] = []
-    for ev in history.events:
+    for ev in events:
         if ev.HasField("activity_task_scheduled_event_attributes"):
             name = ev.activity_task_scheduled_event_attributes.activity_type.name
             scheduled[ev.event_id] = (name, _seconds(ev))
@@ -138,6 +149,16 @@ def activity_times(history: WorkflowHistory, prefix: str = "") -> list[float]:
             if name.startswith(prefix):
                 out.append(_seconds(ev) - began)
     return out
+
+
+def workflow_task_times(events: Sequence[Any]) -> list[float]:
+    """Started -> completed seconds of each workflow task: the worker running workflow code."""
+    started = {ev.event_id: _seconds(ev) for ev in events}
+    return [
+        _seconds(ev) - started[ev.workflow_task_completed_event_attributes.started_event_id]
+        for ev in events
+        if ev.HasField("workflow_task_completed_event_attributes")
+    ]
 
 
 def schedule_gaps(history: WorkflowHistory) -> list[float]:
@@ -150,32 +171,57 @@ def schedule_gaps(history: WorkflowHistory) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
-def prompt_bytes(history: WorkflowHistory) -> int:
-    """Bytes of the events carrying prompts: rendered prompts and model request inputs."""
+def _step_of(event: Any) -> str | None:
+    """The step whose first activity ``event`` schedules: the prompt rendering of an LLM
+    step (its input names the agent), or the developer's spec writing."""
+    if not event.HasField("activity_task_scheduled_event_attributes"):
+        return None
+    attrs = event.activity_task_scheduled_event_attributes
+    if attrs.activity_type.name == "write_dev_spec":
+        return "developer"
+    if attrs.activity_type.name == "render_agent_prompt":
+        agent = json.loads(attrs.input.payloads[0].data)["agent"]
+        return agent if agent in LLM_STEPS else None
+    return None
+
+
+def step_slices(history: WorkflowHistory) -> dict[str, list[Any]]:
+    """Each plan step's events: from its first scheduled activity up to the next step's,
+    the last step up to the run's final event (which carries the result, not a step)."""
+    events = list(history.events)
+    starts = [(i, step) for i, ev in enumerate(events) if (step := _step_of(ev))]
+    steps = [step for _, step in starts]
+    if len(set(steps)) != len(steps):  # a rework pass would merge two steps' slices
+        raise AssertionError(f"a step ran twice ({steps}): the bench expects one pass")
+    end = next(
+        i
+        for i, ev in enumerate(events)
+        if ev.HasField("workflow_execution_completed_event_attributes")
+    )
+    bounds = [i for i, _ in starts[1:]] + [end]
+    return {step: events[i:j] for (i, step), j in zip(starts, bounds, strict=True)}
+
+
+def slice_size(events: Sequence[Any]) -> tuple[int, int, int, int]:
+    """(events, bytes, activities, prompt bytes) of a slice; bytes as Temporal counts them
+    (protobuf size); prompt bytes: the rendered prompt and the model request carrying it."""
     names: dict[int, str] = {}
-    total = 0
-    for ev in history.events:
+    activities = prompts = 0
+    for ev in events:
         if ev.HasField("activity_task_scheduled_event_attributes"):
+            activities += 1
             names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
             if names[ev.event_id].startswith("agent__"):
-                total += ev.ByteSize()
+                prompts += ev.ByteSize()
         elif ev.HasField("activity_task_completed_event_attributes"):
             scheduled = ev.activity_task_completed_event_attributes.scheduled_event_id
-            if names[scheduled] == "render_agent_prompt":
-                total += ev.ByteSize()
-    return total
-
-
-def history_size(history: WorkflowHistory) -> tuple[int, int, int]:
-    """(events, bytes, activities): bytes as Temporal counts them (protobuf size)."""
-    activities = sum(
-        1 for ev in history.events if ev.HasField("activity_task_scheduled_event_attributes")
-    )
-    return len(history.events), sum(ev.ByteSize() for ev in history.events), activities
+            if names.get(scheduled) == "render_agent_prompt":
+                prompts += ev.ByteSize()
+    return len(events), sum(ev.ByteSize() for ev in events), activities, prompts
 
 
 async def step_walls(handle: Any) -> dict[str, float]:
-    """step_started → step_done seconds per output key, from the orchestration's history."""
+    """step_started -> step_done seconds per output key, from the orchestration's history."""
     started: dict[str, float] = {}
     walls: dict[str, float] = {}
     for entry in await handle.query(Orchestration.history):
@@ -187,6 +233,27 @@ async def step_walls(handle: Any) -> dict[str, float]:
 
 
 # -------------------------------------------------------------------- the runs
+async def approve_developer(pg: PhasegateClient, handle: WorkflowHandle) -> None:
+    """Act as the person who approves the developer session's phases (phase 0: its plan).
+
+    Sleeps in a long poll on the orchestration's history until the session starts, so
+    it neither queries nor wakes the worker during the LLM steps, and stops once the
+    session completes, before the reviewer's step."""
+    child = ""
+    async for ev in handle.fetch_history_events(wait_new_event=True):
+        if ev.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            child = ev.start_child_workflow_execution_initiated_event_attributes.workflow_id
+            break
+    while child:
+        with contextlib.suppress(Exception):  # not started yet: ask again
+            status = await pg.status(child)
+            if status.status in ("completed", "abandoned"):
+                return
+            if status.status in ("awaiting_approval", "approval_overdue"):
+                await pg.decide(child, approver="lead", decision="approve", comment="ok")
+        await asyncio.sleep(0.1)
+
+
 async def run_orchestration(
     client: Client, task_queue: str, profile: Profile, issue: Issue = ISSUE
 ) -> tuple[float, Any, WorkflowHistory, dict[str, float]]:
@@ -197,7 +264,13 @@ async def run_orchestration(
         id=f"bench-orch-{uuid.uuid4().hex[:10]}",
         task_queue=task_queue,
     )
-    view = await handle.result()
+    approver = asyncio.create_task(approve_developer(PhasegateClient(client, task_queue), handle))
+    try:
+        view = await handle.result()
+    finally:
+        approver.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await approver
     wall = time.perf_counter() - began
     assert view.status == "completed", view.failure
     return wall, view, await handle.fetch_history(), await step_walls(handle)
@@ -214,69 +287,45 @@ async def run_raw(client: Client, task_queue: str) -> WorkflowHistory:
     return await handle.fetch_history()
 
 
-def _profile(work: Path, planner: str) -> Profile:
+def _profile(work: Path) -> Profile:
+    work.mkdir()  # a fresh project per run: the coding agent writes into it
     return Profile(
         working_dir=str(work),
-        models={
-            "planner": f"test:{planner}",
-            "analyst": "test:analyst",
-            "architect": "test:architect",
-            "reviewer": "test:reviewer",
-        },
+        models={agent: f"test:{agent}" for agent in ("planner", *LLM_STEPS)},
+        developer=DEVELOPER,
     )
 
 
-async def approve_children(pg: PhasegateClient, handle: Any) -> None:
-    """Act as the person who approves the developer session's plan (phase 0)."""
-    while True:
-        with contextlib.suppress(Exception):
-            for child in (await handle.query(Orchestration.state)).child_sessions:
-                if (await pg.status(child)).status == "awaiting_approval":
-                    await pg.decide(child, approver="lead", decision="approve", comment="ok")
-        await asyncio.sleep(0.1)
-
-
 async def developer_runs(client: Client, task_queue: str, work: Path, runs: int) -> list[str]:
-    """The developer step alone: rules planner, honest coding-agent CLI, demo reviewer."""
-    pg = PhasegateClient(client, task_queue)
+    """The smallest plan, [developer, reviewer]: rules planner, the worker's scripted
+    coding agent, demo reviewer."""
     lines = []
     for i in range(runs):
         repo = work / f"typo-{i}"
         repo.mkdir()
         (repo / "README.md").write_text("We recieve mail.\n")
         profile = Profile(
-            working_dir=str(repo),
-            models={"analyst": "demo", "architect": "demo", "reviewer": "demo"},
-            developer=DeveloperProfile(mode="command", command=HONEST_AGENT, timeout_minutes=2),
+            working_dir=str(repo), models={a: "demo" for a in LLM_STEPS}, developer=DEVELOPER
         )
-        handle = await client.start_workflow(
-            Orchestration.run,
-            StartOrchestration(issue=TYPO, profile=profile),
-            id=f"bench-dev-{uuid.uuid4().hex[:10]}",
-            task_queue=task_queue,
-        )
-        approver = asyncio.create_task(approve_children(pg, handle))
-        try:
-            view = await handle.result()
-        finally:
-            approver.cancel()
-        assert view.status == "completed", view.failure
-        walls = await step_walls(handle)
-        events, size, _ = history_size(await handle.fetch_history())
-        child = pg.temporal.get_workflow_handle(view.child_sessions[0])
-        c_events, c_size, _ = history_size(await child.fetch_history())
+        _, view, hist, walls = await run_orchestration(client, task_queue, profile, TYPO)
+        assert [s.agent for s in view.plan.steps] == ["developer", "reviewer"], view.plan
+        events, size, _, _ = slice_size(hist.events)
+        child = client.get_workflow_handle(view.child_sessions[0])
+        c_events, c_size, _, _ = slice_size((await child.fetch_history()).events)
         lines.append(
-            f"  developer step {walls['developer_0'] * 1000:.0f} ms (coding-agent CLI process "
-            f"+ child gated session); orchestration history {events} events / {size} B, "
-            f"child session {c_events} events / {c_size} B"
+            f"  developer alone (typo issue, rules plan [developer, reviewer]): step "
+            f"{walls['developer_0'] * 1000:.0f} ms; orchestration history {events} events / "
+            f"{size} B, child session {c_events} events / {c_size} B"
         )
     return lines
 
 
+def _median(rows: list[tuple[int, ...]]) -> tuple[int, ...]:
+    return tuple(sorted(col)[len(col) // 2] for col in zip(*rows, strict=True))
+
+
 async def main(runs: int, dev_runs: int) -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-orch-"))
-    work = tmp / "repo"
-    work.mkdir()
     task_queue = "bench-orch"
     async with await bench_environment() as env:
         client = env.client
@@ -286,39 +335,46 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
         try:
             raw_gap: list[float] = []
             raw_act: list[float] = []
+            raw_wft: list[float] = []
+            step_wft: list[float] = []
+            renders: list[float] = []
             model: list[float] = []
             steps: list[float] = []
+            developer: list[float] = []
             planner: list[float] = []
             walls: list[float] = []
-            sizes3: list[tuple[int, int, int]] = []
-            sizes1: list[tuple[int, int, int]] = []
-            prompts = 0
+            slices: dict[str, list[tuple[int, int, int, int]]] = {}
+            runs_size: list[tuple[int, int, int, int]] = []
             for i in range(runs + 1):  # the first pair warms up
                 raw = await run_raw(client, task_queue)
                 wall, view, hist, step = await run_orchestration(
-                    client, task_queue, _profile(work, "planner3")
-                )
-                _, _, hist1, _ = await run_orchestration(
-                    client, task_queue, _profile(work, "planner1")
+                    client, task_queue, _profile(tmp / f"repo-{i}")
                 )
                 if i == 0:
                     continue
                 raw_gap += schedule_gaps(raw)
-                raw_act += activity_times(raw)
-                calls = activity_times(hist, "agent__")
+                raw_act += activity_times(raw.events)
+                raw_wft += workflow_task_times(raw.events)
+                calls = activity_times(hist.events, "agent__")
                 assert len(calls) == 4 == view.usage.requests, (calls, view.usage)
-                model += calls[1:]  # the planner's request is timed apart
+                model += calls[1:]  # analyst, architect, reviewer; the planner's apart
                 planner.append(calls[0])
-                steps += list(step.values())
+                steps += [t for key, t in step.items() if not key.startswith("developer")]
+                developer += [t for key, t in step.items() if key.startswith("developer")]
                 walls.append(wall)
-                sizes3.append(history_size(hist))
-                prompts = prompt_bytes(hist)
-                sizes1.append(history_size(hist1))
+                for key, events in step_slices(hist).items():
+                    slices.setdefault(key, []).append(slice_size(events))
+                    if key != "developer":
+                        renders += activity_times(events, "render_agent_prompt")
+                        step_wft += workflow_task_times(events)
+                runs_size.append(slice_size(hist.events))
             dev_lines = await developer_runs(client, task_queue, tmp, dev_runs)
         finally:
             stop_bench_worker(worker)
-    ev3, b3, a3 = (sorted(x[k] for x in sizes3)[len(sizes3) // 2] for k in (0, 1, 2))
-    ev1, b1, a1 = (sorted(x[k] for x in sizes1)[len(sizes1) // 2] for k in (0, 1, 2))
+    assert sorted(slices) == sorted([*LLM_STEPS, "developer"]), sorted(slices)
+    per_agent = {key: _median(rows) for key, rows in slices.items()}
+    llm = [per_agent[a] for a in LLM_STEPS]
+    ev_run, b_run, _, _ = _median(runs_size)
     f = {
         "raw_round_trip_p50": pct(raw_gap, 50),
         "raw_activity_p50": pct(raw_act, 50),
@@ -326,22 +382,24 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
         "model_request_p95": pct(model, 95),
         "step_p50": pct(steps, 50),
         "step_p95": pct(steps, 95),
+        "developer_p50": pct(developer, 50),
         "run_p50": pct(walls, 50),
-        "events_per_step": (ev3 - ev1) / 2,
-        "bytes_per_step": (b3 - b1) / 2,
-        "activities_per_step": (a3 - a1) / 2,
-        "events_run": ev3,
-        "bytes_run": b3,
+        "events_per_step": sum(x[0] for x in llm) / len(llm),
+        "bytes_per_step": sum(x[1] for x in llm) / len(llm),
+        "activities_per_step": sum(x[2] for x in llm) / len(llm),
+        "prompt_share": sum(x[3] for x in llm) / sum(x[1] for x in llm),
+        "events_run": ev_run,
+        "bytes_run": b_run,
     }
     f["step_vs_model"] = f["step_p50"] / f["model_request_p50"]
     f["step_vs_raw"] = f["step_p50"] / f["raw_round_trip_p50"]
     f["model_vs_raw"] = f["model_request_p50"] / f["raw_activity_p50"]
     f["step_vs_floor"] = f["step_vs_raw"] / f["activities_per_step"]
-    f["prompt_share"] = prompts / b3
     print(
-        f"orchestration overhead over {runs} runs of a 3-step plan (analyst, architect, "
-        f"reviewer; planner, agents on zero-latency scripted models), interleaved with "
-        f"{runs} x {RAW_ACTIVITIES} raw activities (after 1 warm-up pair)"
+        f"orchestration overhead over {runs} runs of the plan [analyst, architect, developer, "
+        f"reviewer] (planner and LLM agents on zero-latency scripted models, the worker's "
+        f"scripted coding agent), interleaved with {runs} x {RAW_ACTIVITIES} raw activities "
+        f"(after 1 warm-up pair); step figures: the {len(steps)} LLM steps only"
     )
     print(
         f"  raw activity round trip   p50 {ms(f['raw_round_trip_p50'])}   "
@@ -353,25 +411,37 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
         f"{f['model_vs_raw']:.2f}x a raw activity)"
     )
     print(
-        f"  orchestration step        p50 {ms(f['step_p50'])}   p95 {ms(f['step_p95'])}   "
-        f"({f['activities_per_step']:.1f} activities: prompt render, model request, the "
+        f"  LLM step                  p50 {ms(f['step_p50'])}   p95 {ms(f['step_p95'])}   "
+        f"({f['activities_per_step']:.2f} activities: prompt render, model request, the "
         "architect's plan check; and the workflow tasks between them)"
     )
     print(
         f"  ratio step / model request p50 = {f['step_vs_model']:.2f}x;  "
         f"step / raw activity round trip = {f['step_vs_raw']:.2f}x "
-        f"({f['step_vs_floor']:.2f}x the floor of {f['activities_per_step']:.1f} round trips);  "
+        f"({f['step_vs_floor']:.2f}x the floor of {f['activities_per_step']:.2f} round trips);  "
         f"engine cost per step = {ms(f['step_p50'] - f['model_request_p50'])}"
     )
     print(
-        f"  whole run (start -> result, setup + plan + 3 steps) p50 {ms(f['run_p50'])}; "
-        f"planner request p50 {ms(pct(planner, 50))}"
+        f"  history per LLM step (its slice of the run's history, median of runs): "
+        f"{f['events_per_step']:.1f} events, {f['bytes_per_step']:.0f} B; "
+        + ", ".join(f"{a} {per_agent[a][0]} / {per_agent[a][1]} B" for a in LLM_STEPS)
+        + f"; {f['prompt_share']:.0%} of those bytes are prompts (the rendered prompt, then "
+        "the model request carrying it with the output schema)"
     )
     print(
-        f"  history: {ev3} events / {b3} B per 3-step run, {ev1} / {b1} B per 1-step run: "
-        f"{f['events_per_step']:.1f} events and {f['bytes_per_step']:.0f} B per step; "
-        f"{f['prompt_share']:.0%} of a run's bytes are prompts (the rendered prompt, then the "
-        "model request carrying it with the output schema)"
+        f"  where a step's time goes (p50): workflow task {ms(pct(step_wft, 50))} each "
+        f"(the baseline's {ms(pct(raw_wft, 50))}), {len(step_wft) / len(steps):.2f} per step; "
+        f"prompt render activity {ms(pct(renders, 50))}; model request {ms(f['model_request_p50'])}"
+    )
+    dev = per_agent["developer"]
+    print(
+        f"  developer step            p50 {ms(f['developer_p50'])}   (coding-agent CLI process "
+        f"+ child gated session + approval; {dev[0]} events / {dev[1]} B of the run's history)"
+    )
+    print(
+        f"  whole run (start -> result: setup, plan, 3 LLM steps, the developer) p50 "
+        f"{ms(f['run_p50'])}; {ev_run} events / {b_run} B; planner request p50 "
+        f"{ms(pct(planner, 50))}"
     )
     for line in dev_lines:
         print(line)
@@ -387,7 +457,7 @@ if __name__ == "__main__":
         "--developer-runs",
         type=int,
         default=1,
-        help="also time the developer step (honest scripted coding-agent CLI); 0 skips it",
+        help="also time the developer alone, plan [developer, reviewer]; 0 skips it",
     )
     args = parser.parse_args()
     _common.run(main(args.runs, args.developer_runs))
