@@ -4,8 +4,9 @@ The histories in ``tests/histories/orchestration_runs/`` (re-record them with
 ``tests/histories/record_orchestration.py`` after a deliberate, compatible change)
 cover the rules planner with a developer's child session, replans by
 continue-as-new (every run of the chain), signed approval and escalation gates, a
-person's replan request, an LLM planner whose analyst's first answer did not
-validate, and a failed run. They replay with the worker's own workflow list, data
+person's signed replan request, a developer session approved with a signature, an
+LLM planner whose analyst's first answer did not validate and whose reviewer asked
+for a replan, and a failed run. Every plan has a developer followed by a reviewer. They replay with the worker's own workflow list, data
 converter and ``PydanticAIPlugin``, so the agents' model-request activities
 resolve as they do on a worker. A workflow change that is not replay-safe fails
 here (the mutant test proves this test can fail).
@@ -13,7 +14,9 @@ here (the mutant test proves this test can fail).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +93,7 @@ def test_the_recorded_scenarios_are_all_there():
         "replan_run2",
         "gates_run1",
         "gates_run2",
+        "gates_child",
         "llm_planner_run1",
         "llm_planner_run2",
         "failed",
@@ -110,32 +114,80 @@ async def test_recorded_orchestration_replays(path: Path):
 def test_the_histories_cover_what_they_claim():
     """Each scenario holds the events it is named for (a re-recording that silently
     changed course would otherwise still pass)."""
-    kinds: dict[str, set[str]] = {}
-    for path in HISTORIES:
-        seen: set[str] = set()
-        for ev in load(path).events:
-            seen.add(ev.WhichOneof("attributes") or "")
-            if ev.HasField("activity_task_scheduled_event_attributes"):
-                seen.add(ev.activity_task_scheduled_event_attributes.activity_type.name)
-        kinds[path.stem.split("--", 1)[0]] = seen
-    continued = "workflow_execution_continued_as_new_event_attributes"
+    shape = {name: _shape(load(_path(name))) for name in _NAMES}
+    continued = "workflow_execution_continued_as_new"
     for chain in ("replan_run1", "gates_run1", "llm_planner_run1"):
-        assert continued in kinds[chain], chain
-    assert "start_child_workflow_execution_initiated_event_attributes" in kinds["trivial_rules"]
-    assert "run_coding_agent" in kinds["replan_run2"]
-    assert "workflow_execution_update_accepted_event_attributes" in kinds["gates_run1"]
-    assert "workflow_execution_failed_event_attributes" in kinds["failed"]
-    assert "agent__phasegate_planner__model_request" in kinds["llm_planner_run2"]
-    updates = _updates(load(next(p for p in HISTORIES if p.stem.startswith("gates_run1"))))
-    assert updates == ["decide_approval", "request_replan"], updates
+        assert shape[chain][continued] == 1, chain
+    # Every plan runs a developer (its gated child session, driven by the coding agent).
+    for name in ("trivial_rules", "replan_run2", "gates_run2", "llm_planner_run1",
+                 "llm_planner_run2"):  # fmt: skip
+        ran = shape[name]
+        assert ran["child"] == ran["run_coding_agent"] == ran["write_dev_spec"] == 1, name
+    # The analyst complex: run 1 replans before a developer; run 2 adds the architect.
+    assert shape["replan_run1"]["child"] == 0
+    assert shape["replan_run2"]["agent__phasegate_architect__model_request"] == 1
+    # The analyst's invalid first answer was sent back and answered again; the
+    # reviewer's replan request ended run 1; run 2 was planned again by the model.
+    llm1, llm2 = shape["llm_planner_run1"], shape["llm_planner_run2"]
+    assert llm1["agent__phasegate_analyst__model_request"] == 2, llm1
+    assert llm1["agent__phasegate_reviewer__model_request"] == 1, llm1
+    assert llm2["agent__phasegate_planner__model_request"] == 1, llm2
+    assert llm2["workflow_execution_completed"] == 1, llm2
+    # Signed escalation, then a signed replan instead of approving the architect;
+    # the new run's signed approval; the developer session's signed approval.
+    assert _updates("gates_run1") == [("decide_approval", "alice"), ("request_replan", "alice")]
+    assert _updates("gates_run2") == [("decide_approval", "alice")]
+    assert ("decide_approval", "lead") in _updates("gates_child")
+    assert shape["gates_run2"]["agent__phasegate_architect__model_request"] == 1
+    # No replan left: the run fails with the reason, before any developer.
+    assert shape["failed"]["workflow_execution_failed"] == 1
+    assert shape["failed"]["child"] == 0
+    assert "no replans left" in _failure(load(_path("failed")))
 
 
-def _updates(history: WorkflowHistory) -> list[str]:
-    return [
-        ev.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
-        for ev in history.events
-        if ev.HasField("workflow_execution_update_accepted_event_attributes")
-    ]
+_NAMES = (
+    "trivial_rules", "replan_run1", "replan_run2", "gates_run1", "gates_run2",
+    "gates_child", "llm_planner_run1", "llm_planner_run2", "failed",
+)  # fmt: skip
+
+
+def _path(name: str) -> Path:
+    return next(p for p in HISTORIES if p.stem.split("--", 1)[0] == name)
+
+
+def _shape(history: WorkflowHistory) -> collections.Counter[str]:
+    """Counts of the events that tell scenarios apart: activities by type, child
+    workflows started, and how the run ended."""
+    seen: collections.Counter[str] = collections.Counter()
+    for ev in history.events:
+        kind = (ev.WhichOneof("attributes") or "").removesuffix("_event_attributes")
+        if ev.HasField("activity_task_scheduled_event_attributes"):
+            seen[ev.activity_task_scheduled_event_attributes.activity_type.name] += 1
+        elif kind == "start_child_workflow_execution_initiated":
+            seen["child"] += 1
+        else:
+            seen[kind] += 1
+    return seen
+
+
+def _updates(name: str) -> list[tuple[str, str]]:
+    """``(update, who)`` of each accepted update; every one of them signed."""
+    found = []
+    for ev in load(_path(name)).events:
+        if ev.HasField("workflow_execution_update_accepted_event_attributes"):
+            request = ev.workflow_execution_update_accepted_event_attributes.accepted_request
+            if request.input.name == "submit_checkpoint":
+                continue
+            arg = json.loads(request.input.args.payloads[0].data)
+            assert arg["signature"] and arg["nonce"], f"{name}: unsigned {request.input.name}"
+            found.append((request.input.name, arg.get("approver") or arg.get("requested_by")))
+    return found
+
+
+def _failure(history: WorkflowHistory) -> str:
+    last = history.events[-1]
+    assert last.HasField("workflow_execution_failed_event_attributes")
+    return last.workflow_execution_failed_event_attributes.failure.message
 
 
 # A workflow change that is not replay-safe: the model is called without rendering

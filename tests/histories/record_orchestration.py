@@ -17,11 +17,17 @@ developer's child session) to ``tests/histories/orchestration_runs/`` as
 - ``gates_run1`` / ``gates_run2``: an LLM planner (scripted); the analyst's low
   confidence escalates (signed approval), the architect waits for a signed
   approval, a person's signed replan request instead continues as new, then
-  approval, architect, reviewer;
+  approval, architect, developer (its child session's plan approved, signed by
+  lead: spec_execution_v1's phase 0 gate lists only lead), reviewer;
+  ``gates_child`` is that developer session (its signed approval);
 - ``llm_planner_run1`` / ``llm_planner_run2``: an LLM planner (scripted); the
-  analyst's first answer does not validate (sent back, answered again), the
-  reviewer asks for a replan, the new plan's reviewer approves;
+  analyst's first answer does not validate (sent back, answered again), architect,
+  developer, and the reviewer asks for a replan; the new plan's developer and
+  reviewer (who approves) finish it;
 - ``failed``: the analyst never answers validly and no replan is left: the run fails.
+
+Every plan holds a developer followed by a reviewer (the workflow refuses others);
+the developer is the worker's ``scripted`` coding agent (``developer.agent``).
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -51,11 +56,21 @@ from phasegate.domain.orchestration_messages import (
     StartOrchestration,
 )
 from phasegate.domain.settings import Settings
-from phasegate.testing import dev_server, make_settings, register_model, running_worker
+from phasegate.testing import (
+    Approver,
+    dev_server,
+    make_settings,
+    register_model,
+    running_worker,
+    signed_approver,
+    unsigned_approver,
+)
 from phasegate.workflows import Orchestration
 
 OUT = Path(__file__).resolve().parent / "orchestration_runs"
-CODING_AGENT = [sys.executable, "-m", "phasegate.testing.coding_agent", "{prompt}"]
+# The worker's own scripted coding agent (Settings.developer_commands["scripted"]).
+DEVELOPER = DeveloperProfile(mode="command", agent="scripted", timeout_minutes=2)
+RUN_TIMEOUT_S = 150  # a recorded run takes seconds; a stalled one says why
 DEMO = {"analyst": "demo", "architect": "demo", "reviewer": "demo"}
 TYPO = Issue(id="1", title="Fix typo in README: 'recieve' to 'receive'", labels=["docs"])
 BUG = Issue(
@@ -98,13 +113,16 @@ INVALID = {"findings": "not a list", "scope": "enormous"}
 SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "rec-analyst-complex": [_analysis("complex")],
     "rec-planner-gates": [
-        _plan("analyst", "architect", "reviewer"),
-        _plan("architect", "reviewer"),
+        _plan("analyst", "architect", "developer", "reviewer"),
+        _plan("architect", "developer", "reviewer"),
     ],
     "rec-analyst-unsure": [_analysis(confidence=0.5)],
     "rec-architect": [ARCHITECT],
     "rec-reviewer": [REVIEW_OK],
-    "rec-planner-llm": [_plan("analyst", "architect", "reviewer"), _plan("reviewer")],
+    "rec-planner-llm": [
+        _plan("analyst", "architect", "developer", "reviewer"),
+        _plan("developer", "reviewer"),
+    ],
     "rec-analyst-retry": [INVALID, _analysis()],
     "rec-reviewer-replan": [
         {**REVIEW_OK, "replan_request": "the API needs a second look"},
@@ -164,20 +182,27 @@ async def wait_for(handle: WorkflowHandle, kind: str) -> OrchestrationView:
 
 
 @contextlib.asynccontextmanager
-async def approving_children(pg: PhasegateClient, handle: WorkflowHandle) -> AsyncIterator[None]:
-    """Act as the person who approves the developer session's plan (phase 0)."""
+async def approving_children(
+    pg: PhasegateClient, handle: WorkflowHandle, approve: Approver
+) -> AsyncIterator[list[str]]:
+    """Act as the person who approves the developer session's plan (phase 0); yields
+    the refusals met (a recording that stalls says why)."""
+    refused: list[str] = []
 
     async def loop() -> None:
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 for child in (await handle.query(Orchestration.state)).child_sessions:
-                    if (await pg.status(child)).status == "awaiting_approval":
-                        await pg.decide(child, approver="lead", decision="approve", comment="ok")
+                    status = await pg.status(child)
+                    if status.status == "awaiting_approval":
+                        await approve(pg, child, status.current_phase)
+            except Exception as err:  # noqa: BLE001 - starting or refused: retry, keep why
+                refused[:] = [f"{type(err).__name__}: {err}"]
             await asyncio.sleep(0.1)
 
     task = asyncio.create_task(loop())
     try:
-        yield
+        yield refused
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -191,6 +216,7 @@ async def run(
     issue: Issue,
     profile: Profile,
     drive: Callable[[WorkflowHandle], Awaitable[None]] | None = None,
+    approve: Approver | None = None,
 ) -> OrchestrationView | None:
     handle = await client.start_workflow(
         Orchestration.run,
@@ -198,13 +224,26 @@ async def run(
         id=wid,
         task_queue=settings.task_queue,
     )
-    async with approving_children(PhasegateClient(client, settings.task_queue), handle):
-        if drive is not None:
-            await drive(handle)
+    pg = PhasegateClient(client, settings.task_queue)
+    async with approving_children(pg, handle, approve or unsigned_approver("lead")) as refused:
         try:
-            return await handle.result()
+            async with asyncio.timeout(RUN_TIMEOUT_S):
+                if drive is not None:
+                    await drive(handle)
+                return await handle.result()
         except WorkflowFailureError:
             return None
+        except TimeoutError:
+            view = await client.get_workflow_handle(wid).query(Orchestration.state)
+            raise RuntimeError(
+                f"{wid} still {view.status} after {RUN_TIMEOUT_S} s (awaiting {view.awaiting}); "
+                f"last refusal approving its developer session: {refused or 'none'}"
+            ) from None
+
+
+def keys_of(view: OrchestrationView) -> list[str]:
+    """The output keys of a finished run, in order (``developer_0``…)."""
+    return [o.key for o in view.outputs]
 
 
 def _workdir(root: Path, name: str) -> str:
@@ -216,17 +255,16 @@ def _workdir(root: Path, name: str) -> str:
 
 async def record_unsigned(client: Client, root: Path) -> None:
     settings = make_settings(root / "home", allow_unsigned_approvals=True, task_queue="record")
-    dev = DeveloperProfile(mode="command", command=CODING_AGENT, timeout_minutes=2)
     with concurrent.futures.ThreadPoolExecutor() as pool:
         async with running_worker(client, settings, executor=pool):
-            profile = Profile(working_dir=_workdir(root, "typo"), models=DEMO, developer=dev)
+            profile = Profile(working_dir=_workdir(root, "typo"), models=DEMO, developer=DEVELOPER)
             view = await run(client, settings, "orch-trivial", TYPO, profile)
             assert view is not None and view.status == "completed", view
             await save_chain(client, "trivial_rules", "orch-trivial")
             await save_chain(client, "trivial_rules_child", view.child_sessions[0])
 
             models = {**DEMO, "analyst": "test:rec-analyst-complex"}
-            profile = Profile(working_dir=_workdir(root, "bug"), models=models, developer=dev)
+            profile = Profile(working_dir=_workdir(root, "bug"), models=models, developer=DEVELOPER)
             view = await run(client, settings, "orch-replan", BUG, profile)
             assert view is not None and view.status == "completed", view
             assert view.plan.replanned_count == 1, view.plan
@@ -238,10 +276,13 @@ async def record_unsigned(client: Client, root: Path) -> None:
                 "architect": "test:rec-architect",
                 "reviewer": "test:rec-reviewer-replan",
             }
-            profile = Profile(working_dir=_workdir(root, "llm"), models=models)
+            profile = Profile(working_dir=_workdir(root, "llm"), models=models, developer=DEVELOPER)
             view = await run(client, settings, "orch-llm-planner", FEATURE, profile)
             assert view is not None and view.status == "completed", view
             assert view.plan.replanned_count == 1 and view.usage.requests >= 6, view
+            done = keys_of(view)
+            assert {"developer_0", "developer_1", "reviewer_1"} <= set(done), done
+            assert len(view.child_sessions) == 2, view.child_sessions
             await save_chain(client, "llm_planner", "orch-llm-planner")
 
             models = {**DEMO, "analyst": "test:rec-analyst-invalid"}
@@ -252,11 +293,13 @@ async def record_unsigned(client: Client, root: Path) -> None:
 
 async def record_signed(client: Client, root: Path) -> None:
     keydir = root / "keys"
-    alice = keys.new_key("alice", directory=keydir)
+    # alice decides the orchestration's gates; the developer session's phase 0 gate
+    # (spec_execution_v1) lists only ``lead``, who signs that approval.
+    people = [keys.new_key(name, directory=keydir) for name in ("alice", "lead")]
     settings = make_settings(
         root / "home-signed",
         task_queue="record-signed",
-        approver_keys_file=json.dumps([alice.model_dump(mode="json")]),
+        approver_keys_file=json.dumps([key.model_dump(mode="json") for key in people]),
     )
 
     async def decide(handle: WorkflowHandle, kind: str) -> None:
@@ -315,11 +358,18 @@ async def record_signed(client: Client, root: Path) -> None:
                 "reviewer": "test:rec-reviewer",
             }
             profile = Profile(
-                working_dir=_workdir(root, "gates"), models=models, approval_required=["architect"]
+                working_dir=_workdir(root, "gates"),
+                models=models,
+                approval_required=["architect"],
+                developer=DEVELOPER,
             )
-            view = await run(client, settings, "orch-gates", FEATURE, profile, drive)
+            approve = signed_approver("lead", key_dir=keydir)
+            view = await run(client, settings, "orch-gates", FEATURE, profile, drive, approve)
             assert view is not None and view.status == "completed", view
+            assert view.plan.replanned_count == 1, view.plan
+            assert {"architect_0", "developer_0", "reviewer_0"} <= set(keys_of(view)), view
             await save_chain(client, "gates", "orch-gates")
+            await save_chain(client, "gates_child", view.child_sessions[0])
 
 
 async def main() -> None:
