@@ -24,17 +24,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel
 from temporalio import activity
 
+from phasegate.activities._safe_read import read_text
 from phasegate.activities.developer import orchestration_folder
 from phasegate.domain.agents import STEP_AGENTS, Profile
+from phasegate.domain.errors import DefinitionError
 from phasegate.domain.orchestration_messages import (
     OrchestrationSetup,
     VerifyPlanRequest,
     VerifyPlanResult,
 )
 from phasegate.domain.signing import ApproverKey
+from phasegate.domain.trust import narrowed_to_nobody
 
 __all__ = [
     "DEVELOPER_WORKFLOW",
@@ -143,15 +147,7 @@ class OrchestrationActivities:
                 "the worker has no approver keys (PHASEGATE_APPROVER_KEYS, from "
                 "`phasegate keys export NAME`) and refuses unsigned approvals"
             )
-        if not any(
-            (Path(lib) / DEVELOPER_WORKFLOW / "metadata.json").is_file()
-            for lib in self.library_paths
-        ):
-            problems.append(
-                f"the developer's workflow {DEVELOPER_WORKFLOW} is in none of the worker's "
-                f"libraries ({', '.join(self.library_paths) or 'none'}): add the shipped "
-                "library to PHASEGATE_LIBRARY"
-            )
+        self._check_developer_workflow(profile, problems)
         command = self._developer_command(profile, problems)
         return OrchestrationSetup(
             models=models,
@@ -162,6 +158,37 @@ class OrchestrationActivities:
             developer_command=command,
             problems=problems,
         )
+
+    def _check_developer_workflow(self, profile: Profile, problems: list[str]) -> None:
+        """The developer's workflow is in a library, and ``profile.approvers`` leave
+        someone its approval gates accept (else every developer step would fail)."""
+        found = [
+            Path(lib) / DEVELOPER_WORKFLOW
+            for lib in self.library_paths
+            if (Path(lib) / DEVELOPER_WORKFLOW / "metadata.json").is_file()
+        ]
+        if not found:
+            problems.append(
+                f"the developer's workflow {DEVELOPER_WORKFLOW} is in none of the worker's "
+                f"libraries ({', '.join(self.library_paths) or 'none'}): add the shipped "
+                "library to PHASEGATE_LIBRARY"
+            )
+            return
+        if not profile.approvers:
+            return
+        for gate_file in sorted(found[0].glob("phases/*/gate-definition.yaml")):
+            try:
+                gate = yaml.safe_load(read_text(gate_file, limit=1024 * 1024, what="gate"))
+            except (DefinitionError, yaml.YAMLError):
+                continue  # the session reports a broken gate with its file:line
+            approval = (gate or {}).get("approval") or {} if isinstance(gate, dict) else {}
+            names = [str(n) for n in approval.get("approvers") or []]
+            if approval.get("required") and narrowed_to_nobody(names, profile.approvers):
+                problems.append(
+                    f"profile approvers {profile.approvers} name nobody the developer's "
+                    f"workflow {DEVELOPER_WORKFLOW} lets approve (phase {gate_file.parent.name} gate: "
+                    f"{', '.join(names)}): add one of them to approvers, or drop approvers"
+                )
 
     def _developer_command(self, profile: Profile, problems: list[str]) -> list[str]:
         """The worker's own command for the developer: named by ``developer.agent`` or

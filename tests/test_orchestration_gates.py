@@ -19,6 +19,7 @@ from orchestration_helpers import (
 )
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 
+from phasegate.activities.orchestration import OrchestrationActivities, SetupRequest
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.agents import DeveloperProfile, Issue, Profile
@@ -263,3 +264,20 @@ async def test_request_replan_is_signed_bounded_and_counted(
             view = await wait_for(handle, lambda v: v.plan.replanned_count == 1)
             assert "lead asked: wrong approach" in view.plan.replan_reason
             await handle.terminate("test over")
+
+
+def test_profile_approvers_must_leave_someone_the_developer_session_accepts(tmp_path):
+    """Else every developer step would fail at its session's phase 0 and spend replans."""
+    setup = OrchestrationActivities(
+        library_paths=[str(Path(__file__).parent.parent / "library")],
+        allow_unsigned_approvals=True,
+        default_models=dict.fromkeys(("analyst", "architect", "reviewer"), "demo"),
+    )
+    refused = setup.orchestration_setup(
+        SetupRequest(profile=Profile(working_dir=str(tmp_path), approvers=["alice"]))
+    )
+    assert any("nobody the developer's workflow" in p and "lead" in p for p in refused.problems)
+    fine = setup.orchestration_setup(
+        SetupRequest(profile=Profile(working_dir=str(tmp_path), approvers=["lead"]))
+    )
+    assert fine.problems == []
