@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel
 
@@ -91,7 +91,13 @@ class FakeOpenAI:
 
     Use as ``async with FakeOpenAI() as fake:`` (or ``with``, or :meth:`start` and
     :meth:`stop`). The script methods return the server, so they chain.
+
+    Another wire format (:class:`~phasegate.testing.fake_anthropic.FakeAnthropic`)
+    subclasses it and overrides ``PATH``, ``_error_answer`` and ``_reply_answer``.
     """
+
+    PATH: ClassVar[str] = CHAT_PATH
+    """The one path served (POST)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -229,7 +235,7 @@ class FakeOpenAI:
             self._thread = threading.Thread(
                 target=self._server.serve_forever,
                 kwargs={"poll_interval": 0.05},  # stop() waits for one poll
-                name="fake-openai",
+                name=type(self).__name__,
                 daemon=True,
             )
             self._thread.start()
@@ -268,26 +274,37 @@ class FakeOpenAI:
         with self._lock:
             self._count += 1
             number = self._count
-            if method != "POST" or path.split("?")[0] != CHAT_PATH:
+            name = type(self).__name__
+            if method != "POST" or path.split("?")[0] != self.PATH:
                 reply = None
-                answer = _error_answer(404, f"FakeOpenAI serves only POST {CHAT_PATH}")
+                answer = self._error_answer(404, f"{name} serves only POST {self.PATH}")
                 kind = "not_found"
             elif not self._replies:
                 reply = None
-                answer = _error_answer(
+                answer = self._error_answer(
                     400,
-                    f"FakeOpenAI: no scripted answer left for request #{number}; "
+                    f"{name}: no scripted answer left for request #{number}; "
                     "queue one with .tool_call(...), .malformed(), .text() or .error()",
                 )
                 kind = "unscripted"
             else:
                 reply = self._replies.popleft()
-                answer = _reply_answer(reply, body if isinstance(body, dict) else {}, number)
+                answer = self._reply_answer(reply, body if isinstance(body, dict) else {}, number)
                 kind = reply.kind
                 if answer.hold is not None:
                     self._held.append(answer.hold)
             self._requests.append(FakeRequest(method, path, headers, body, answer.status, kind))
         return answer
+
+    def _error_answer(
+        self, status: int, message: str, headers: Mapping[str, str] | None = None
+    ) -> _Answer:
+        """An HTTP error in this wire format's error shape."""
+        return _error_answer(status, message, headers)
+
+    def _reply_answer(self, reply: FakeReply, request: dict[str, Any], number: int) -> _Answer:
+        """The answer to request ``number`` (its parsed body ``request``) for ``reply``."""
+        return _reply_answer(reply, request, number)
 
 
 @dataclass(frozen=True)
