@@ -154,9 +154,13 @@ class GateRules:
             return f"{problem} (sign it with `{how}`)"
         return None
 
-    def approvers(self) -> str:
+    def approver_names(self) -> list[str]:
+        """Who may decide: the keys' names, else the profile's approvers, else anyone."""
         names = sorted({k.name for k in self.keys}) or list(self.profile.approvers)
-        return ", ".join(names) or "anyone (unsigned approvals are allowed)"
+        return names or ["anyone (unsigned approvals are allowed)"]
+
+    def approvers(self) -> str:
+        return ", ".join(self.approver_names())
 
     def apply_decision(
         self, *, approver: str, decision: str, comment: str, nonce: str | None, now: datetime

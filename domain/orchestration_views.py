@@ -65,7 +65,7 @@ def state_view(state: OrchestrationState) -> OrchestrationView:
         last_decision=state.last_decision,
         failure=state.failure,
         child_sessions=state.child_sessions,
-        approvers=state.approvers().split(", "),
+        approvers=state.approver_names(),
         run_chain_length=state.replanned_count + 1,
     )
 

@@ -44,11 +44,11 @@ with workflow.unsafe.imports_passed_through():
 
 from phasegate.workflows.gated_session import GatedSession
 
-__all__ = ["DEV_WORKFLOW", "DeveloperContext", "develop"]
+__all__ = ["DEV_WORKFLOW", "RETRY", "SHORT", "DeveloperContext", "develop"]
 
 DEV_WORKFLOW = DEVELOPER_WORKFLOW
-_SHORT = timedelta(seconds=30)
-_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
+SHORT = timedelta(seconds=30)  # the orchestration's own activities (setup, render, files)
+RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's answer to the agent's last submission
 _REPLAN_LINE = re.compile(r"REPLAN:\s*(.+)")
 
@@ -92,8 +92,8 @@ async def develop(
             review_ref=review.ref if review and not review.output.get("approved", True) else None,
             review_sha256=review.sha256 if review and review.ref else None,
         ),
-        start_to_close_timeout=_SHORT,
-        retry_policy=_RETRY,
+        start_to_close_timeout=SHORT,
+        retry_policy=RETRY,
     )
     child_id = f"{info.workflow_id}-dev-{state.replanned_count}-{attempt}"
     profile = state.profile
@@ -160,8 +160,8 @@ async def _drive(
             working_dir=ctx.working_dir,
             session_id=child_id,
         ),
-        start_to_close_timeout=_SHORT,
-        retry_policy=_RETRY,
+        start_to_close_timeout=SHORT,
+        retry_policy=RETRY,
     )
     text = f"{prompt.instructions}\n\n{prompt.prompt}\n\nThe spec of your session: {spec_path}\n"
     agent = workflow.start_activity(

@@ -25,7 +25,6 @@ from datetime import timedelta
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -71,22 +70,17 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.rules_planner import fixed_plan, rules_plan
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
 
+from phasegate.workflows._developer_step import RETRY as _RETRY
+from phasegate.workflows._developer_step import SHORT as _SHORT
 from phasegate.workflows._developer_step import DeveloperContext, develop
 
 __all__ = ["Orchestration"]
 
 MAX_ORCHESTRATION_ID = 200
 
-_SHORT = timedelta(seconds=30)
-_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
 _WORKFLOW_TYPE = "orchestration"
 _DEV_WORKFLOW = "spec_execution_v1"
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's last answer after the agent exits
-
-
-def _error_text(err: BaseException) -> str:
-    """The innermost failure message a person can act on."""
-    return _innermost(err)[0]
 
 
 def _innermost(err: BaseException) -> tuple[str, str]:
@@ -223,7 +217,9 @@ class Orchestration:
                 assert isinstance(output, PlannerDecision)
                 decision = output
         except (ActivityError, ApplicationError) as err:
-            state.refuse_plan([f"the planner ({model}) failed: {_error_text(err)}"], workflow.now())
+            state.refuse_plan(
+                [f"the planner ({model}) failed: {_innermost(err)[0]}"], workflow.now()
+            )
             return
         if state.status == "failed":  # a person's replan with none left, while planning
             return
