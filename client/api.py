@@ -308,7 +308,13 @@ class PhasegateClient(BaseClient):
                     continue
                 raise phasegate_error(exc) from None
             except WorkflowUpdateFailedError as exc:
-                raise phasegate_error(exc) from None
+                err = phasegate_error(exc)
+                # A run that continued-as-new answers once the server vouches for its
+                # carried state (milliseconds); a fresh session once its definition loads.
+                if attempt < _TRANSIENT_RETRIES and _still_loading(err):
+                    await asyncio.sleep(0.1 * (attempt + 1))
+                    continue
+                raise err from None
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 raise self._no_answer(f"session {session_id}") from None
         raise AssertionError("unreachable")
@@ -389,12 +395,20 @@ class PhasegateClient(BaseClient):
     async def _query(self, session_id: str, query: Any, *args: Any) -> Any:
         """Run a query; one that times out (a busy or absent worker) is tried again a few
         times, then reported in the user's terms."""
-        for attempt in range(_QUERY_RETRIES + 1):
+        loading = 0
+        attempt = 0
+        while attempt <= _QUERY_RETRIES:
             try:
                 return await self.handle(session_id).query(query, *args)
             except (WorkflowQueryFailedError, RPCError) as exc:
                 if not timed_out(exc):
                     err = phasegate_error(exc)
+                    # A run that continued-as-new answers once the server vouches for its
+                    # carried state (milliseconds); wait that out before saying "loading".
+                    if _still_loading(err) and loading < _LOADING_RETRIES:
+                        loading += 1
+                        await asyncio.sleep(0.1 * loading)
+                        continue
                     if _still_loading(err):  # or never will: its start failed
                         err = await self._failed_start(session_id) or SessionNotActive(
                             f"session {session_id} is still loading its definition",
@@ -408,6 +422,7 @@ class PhasegateClient(BaseClient):
                         f"session {session_id}", _QUERY_RETRIES + 1
                     ) from None
                 await asyncio.sleep(0.5 * (attempt + 1))
+                attempt += 1
         raise AssertionError("unreachable")
 
     async def _failed_start(self, session_id: str) -> SessionError | None:
@@ -420,6 +435,7 @@ class PhasegateClient(BaseClient):
 
 _TRANSIENT_RETRIES = 8
 _QUERY_RETRIES = 3
+_LOADING_RETRIES = 5  # 1.5 s in all
 
 
 def _still_loading(err: PhasegateError) -> bool:

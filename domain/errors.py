@@ -17,6 +17,8 @@ Hierarchy::
         ├── ApprovalRefused            "approval_refused"
         └── SessionNotFound            "session_not_found" (no such session id)
     OrchestrationError                 "orchestration_failed": a run cannot go on
+    CallerRefused                      "caller_refused": an activity scheduled by a workflow
+                                       that is not phasegate's own (threat level 2)
 
 Every error carries ``where`` (``file:line`` or a field path, when known) and
 ``hint`` (what to do next). ``str(err)`` renders all three on one line, which is
@@ -31,6 +33,7 @@ from __future__ import annotations
 __all__ = [
     "ERROR_TYPES",
     "ApprovalRefused",
+    "CallerRefused",
     "DefinitionError",
     "ExpressionError",
     "GateDefinitionError",
@@ -153,6 +156,14 @@ class OrchestrationError(PhasegateError):
     code = "orchestration_failed"
 
 
+class CallerRefused(PhasegateError):
+    """An activity was scheduled by a workflow run that is not one of phasegate's own
+    workflow types on phasegate's own task queue (any client can run a worker of its own
+    whose workflows schedule phasegate's activities)."""
+
+    code = "caller_refused"
+
+
 ERROR_TYPES: dict[str, type[PhasegateError]] = {
     cls.code: cls
     for cls in (
@@ -171,5 +182,6 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         ApprovalRefused,
         SessionNotFound,
         OrchestrationError,
+        CallerRefused,
     )
 }

@@ -102,7 +102,7 @@ class SessionState(BaseModel):
     attempt_log: list[Attempt] = Field(
         default_factory=list, description="Attempts of earlier phases (and undone ones), compacted."
     )
-    attempt_count: int = 0
+    attempt_count: int = Field(0, ge=0)
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     processed: dict[str, CheckpointResult] = Field(default_factory=dict)
     feedback: str = ""
@@ -110,7 +110,7 @@ class SessionState(BaseModel):
     last_signal_error: str | None = None
     started_at: datetime | None = None
     updated_at: datetime | None = None
-    runs: int = 1
+    runs: int = Field(1, ge=1)
     approver_keys: list[ApproverKey] = Field(
         default_factory=list, description="Signed approvers; non-empty means signatures required."
     )

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.verify import VerifyReport, VerifyResult
     from phasegate.domain.verify_contain import checked_report
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
+    from phasegate.workflows._kit import CarryGate
     from phasegate.workflows._metrics import advanced, refused
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
@@ -70,15 +71,12 @@ class GatedSession:
         # Restored here, not in run(): after continue-as-new, updates that arrive in
         # the first workflow task are validated before run() starts.
         self._state: SessionState | None = None
-        # Carried state is trusted only from this workflow's own continue-as-new: a
-        # client starting a session with made-up `carried` state gets a failed start.
-        info = workflow.info()  # cron and retry runs have a continued_run_id too: not ours
-        own = info.continued_run_id and not info.cron_schedule and info.retry_policy is None
-        self._forged = start.carried is not None and not own
-        if start.carried is not None and not self._forged:
-            self._state = SessionState.model_validate(start.carried)
-            self._state.runs += 1
-            self._state.note_run(workflow.info().run_id)
+        # Carried state is trusted only from this workflow's own continue-as-new, as the
+        # server records it (workflows._kit): a client or a foreign workflow handing a
+        # session made-up `carried` state gets a failed start.
+        self._carry = CarryGate(start.carried)
+        if self._carry.legacy is not None:  # a history from before the proof replays
+            self._restore(self._carry.legacy)
         self._lock = asyncio.Lock()
         self._messages_this_run = 0
         # Background render of the next phase (see SessionOptions.prefetch). Private:
@@ -91,13 +89,21 @@ class GatedSession:
 
     # ---- run -----------------------------------------------------------
 
+    def _restore(self, carried: object) -> None:
+        self._state = SessionState.model_validate(carried)
+        self._state.runs += 1
+        self._state.note_run(workflow.info().run_id)
+
     @workflow.run
     async def run(self, start: StartSession) -> SessionSummary:
-        if self._forged:
+        carried = await self._carry.proven()
+        if carried is not None:
+            self._restore(carried)
+        if self._carry.refusal:
             raise application_error(
                 SessionError(
                     "a session cannot be started with carried state: only its own "
-                    "continue-as-new hands state from one run to the next",
+                    f"continue-as-new hands state from one run to the next ({self._carry.refusal})",
                     where="carried",
                     hint="start sessions with `phasegate start` (or StartSession without "
                     "`carried`)",

@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
 from phasegate.workflows._developer_step import RETRY as _RETRY
 from phasegate.workflows._developer_step import SHORT as _SHORT
 from phasegate.workflows._developer_step import DeveloperContext, develop
+from phasegate.workflows._kit import CarryGate
 
 __all__ = ["Orchestration"]
 
@@ -103,27 +104,25 @@ class Orchestration:
 
     @workflow.init
     def __init__(self, start: StartOrchestration) -> None:
-        info = workflow.info()  # cron and retry runs have a continued_run_id too: not ours
-        # Only the orchestration's own replan carries state: cron and retry runs have a
-        # continued_run_id too, and a starter cannot know the first run's id in advance.
-        own = (
-            info.continued_run_id
-            and not info.cron_schedule
-            and start.carried is not None
-            and start.carried.first_run_id == info.first_execution_run_id
-        )
-        self._forged = start.carried is not None and not own
+        # Only the orchestration's own replan carries state, as the server records it
+        # (workflows._kit); the carry must also name the chain's first run.
+        self._carry = CarryGate(start.carried)
         self._state: OrchestrationState | None = None
         self._issue = start.issue
         self._failure = ""  # why the run was refused before it had a state
 
     @workflow.run
     async def run(self, start: StartOrchestration) -> OrchestrationView:
-        if self._forged:
+        if start.carried is not None:
+            await self._carry.proven()
+            if start.carried.first_run_id != workflow.info().first_execution_run_id:
+                self._carry.refusal = self._carry.refusal or "it names another chain's first run"
+        if self._carry.refusal:
             raise application_error(
                 OrchestrationError(
                     "an orchestration cannot be started with carried state: only its own "
-                    "replan (continue-as-new) hands state from one run to the next",
+                    f"replan (continue-as-new) hands state from one run to the next "
+                    f"({self._carry.refusal})",
                     where="carried",
                     hint="start orchestrations with `phasegate orchestrate ISSUE.md`",
                 )
