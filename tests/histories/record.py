@@ -2,7 +2,11 @@
 
 Run from the repo root after a deliberate, compatible change to workflow code:
 
-    .venv/bin/python tests/histories/record.py
+    .venv/bin/python tests/histories/record.py            # every scenario
+    .venv/bin/python tests/histories/record.py carry-proof  # only the named ones
+
+Keep the histories older code recorded (re-record only scenarios you add): they
+are what guards the ``workflow.patched`` branches.
 
 It starts its own dev server, drives a few sessions through every message
 kind (update, signal, approval, control, continue-as-new) and writes one JSON
@@ -44,7 +48,7 @@ async def _save(pg: PhasegateClient, sid: str, name: str, run_id: str | None = N
     print(f"recorded {name}--{sid}.json ({len(history.events)} events)")
 
 
-async def main() -> None:
+async def main(only: list[str]) -> None:
     home = tempfile.mkdtemp(prefix="phasegate-record-")
     async with await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
@@ -60,6 +64,10 @@ async def main() -> None:
         pg = PhasegateClient(env.client, settings.task_queue)
         with concurrent.futures.ThreadPoolExecutor() as pool:
             async with build_worker(env.client, settings, executor=pool):
+                if only:
+                    for name in only:
+                        await SCENARIOS[name](pg, home)
+                    return
                 # 1. static session with failures, approval reject/approve, completion
                 sid = await pg.start("mini_v1", home, session_id="static-walk")
                 await pg.submit(sid, 0, {"modules_found": 0})
@@ -148,5 +156,27 @@ async def main() -> None:
                 await _save(pg, sid, "dynamic_after_continue_as_new")
 
 
+async def carry_proof(pg: PhasegateClient, home: str) -> None:
+    """A continue-as-new whose new run proves its carry with the server (carry-proof-v1)."""
+    spec = REPO / "examples" / "specs" / "todo-api"
+    sid = await pg.start(
+        "spec_execution_v1",
+        str(spec),
+        session_id="carry-proof",
+        options=SessionOptions(spec_path=str(spec), continue_as_new_after_events=10),
+    )
+    first_run = (await pg.handle(sid).describe()).run_id
+    for attempt in range(4):
+        await pg.submit(sid, 0, {"spec_path": str(spec), "phases_found": attempt})
+    await _save(pg, sid, "carry_proof_first_run", first_run)
+    continued = (await pg.handle(sid).describe()).run_id
+    await pg.submit(sid, 0, {"spec_path": str(spec), "phases_found": 9}, submission_id="after")
+    await asyncio.sleep(1)  # the prefetch has come back
+    # The continued run: its carry proven by the server, then an update handled.
+    await _save(pg, sid, "carry_proof_continued", continued)
+
+
+SCENARIOS = {"carry-proof": carry_proof}
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))
