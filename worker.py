@@ -37,7 +37,7 @@ from temporalio.worker import Worker
 from phasegate.activities.agent_prompts import configure_agent_prompts, render_agent_prompt
 from phasegate.activities.agents import check_model, configure_models
 from phasegate.activities.definitions import DefinitionActivities
-from phasegate.activities.developer import run_coding_agent, write_dev_spec
+from phasegate.activities.developer import DeveloperActivities
 from phasegate.activities.metrics import MeteredVerify
 from phasegate.activities.notify import notify_webhook
 from phasegate.activities.orchestration import OrchestrationActivities
@@ -244,8 +244,10 @@ def _main_worker(
             orchestration.verify_plan,
             orchestration.store_output,
             render_agent_prompt,
-            write_dev_spec,
-            run_coding_agent,
+            # write_dev_spec, run_coding_agent: the worker's own coding agents, target roots
+            *DeveloperActivities.from_settings(
+                settings, temporal_address=client.service_client.config.target_host
+            ).activities,
         ],
         activity_executor=executor,
         max_concurrent_activities=threads if isinstance(threads, int) else None,

@@ -15,6 +15,8 @@ activity thread forever. So a read here:
   back from ``/proc/self/fd`` on Linux) is not inside one of them. Symlinks are
   followed: one inside a root that stays inside is fine, one that leads out is refused,
   and swapping a symlink between the check and the open does not get around it;
+* with ``follow_symlinks=False`` (files phasegate wrote itself, such as outputs kept by
+  reference), refuses a symlink at the path (``lstat``, then ``O_NOFOLLOW``);
 * decodes text as UTF-8, strictly.
 
 No timeout: reads are of local regular files of bounded size. A stalled network file
@@ -26,6 +28,7 @@ Errors are ``DefinitionError`` (code ``definition_invalid``, never retried) whos
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -44,6 +47,7 @@ _FLAGS = (
     | getattr(os, "O_BINARY", 0)
 )
 _KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a named pipe (FIFO)"),
     (stat.S_ISSOCK, "a socket"),
@@ -101,25 +105,27 @@ def read_bytes(
     roots: list[Path] | None = None,
     hint: str | None = None,
     size_hint: str | None = None,
+    follow_symlinks: bool = True,
 ) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them.
 
     Args:
-        path: The file to read (symlinks are followed).
+        path: The file to read (symlinks are followed unless ``follow_symlinks`` is False).
         limit: Largest size accepted, in bytes.
         what: What the file is, for messages ("spec", "library file").
         roots: When given, the file actually opened must lie inside one of these
             (real, absolute) folders.
         hint: What to do when the file is refused (default: replace it with a regular file).
         size_hint: What to do when the file is too large (default: ``hint``).
+        follow_symlinks: False: a symlink at ``path`` is refused, not followed.
 
     Raises:
         FileNotFoundError: ``path`` does not exist (callers word their own error).
-        DefinitionError: Unreadable, not a regular file, outside ``roots`` or larger
-            than ``limit``.
+        DefinitionError: Unreadable, not a regular file (a symlink, without
+            ``follow_symlinks``), outside ``roots`` or larger than ``limit``.
     """
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=follow_symlinks)
     except FileNotFoundError:
         raise  # the caller says what a missing file means (template, spec, ...)
     except OSError as exc:
@@ -130,8 +136,10 @@ def read_bytes(
     if st.st_size > limit:
         raise _refuse(path, what, _too_big(st.st_size, limit), size_hint or hint)
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS if follow_symlinks else _FLAGS | os.O_NOFOLLOW)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:  # swapped for a link since
+            raise _refuse(path, what, "is a symbolic link, not a regular file", hint) from None
         raise _refuse(path, what, f"cannot be opened ({exc.strerror})", hint) from None
     try:
         st = os.fstat(fd)
@@ -186,10 +194,14 @@ def read_text(
     what: str = "file",
     roots: list[Path] | None = None,
     hint: str | None = None,
+    follow_symlinks: bool = True,
 ) -> str:
     """The UTF-8 text of the regular file ``path`` (see :func:`read_bytes`).
 
     Raises:
         DefinitionError: As :func:`read_bytes`, or the bytes are not UTF-8.
     """
-    return decode(read_bytes(path, limit=limit, what=what, roots=roots, hint=hint), path, what=what)
+    data = read_bytes(
+        path, limit=limit, what=what, roots=roots, hint=hint, follow_symlinks=follow_symlinks
+    )
+    return decode(data, path, what=what)

@@ -1,52 +1,78 @@
 """The developer step's activities: the spec its gated session runs, and the coding agent.
 
+Both are methods of :class:`DeveloperActivities`, built per worker with its coding
+agents and target roots (``Settings.coding_agents``, ``Settings.target_roots``).
 An orchestration's developer works through a child ``GatedSession`` running
 ``spec_execution_v1`` over a tasks.md written for it:
 
-- :func:`write_dev_spec` writes that spec under the workspace,
+- :meth:`DeveloperActivities.write_dev_spec` writes that spec under the workspace,
   ``<working_dir>/.phasegate/orchestrations/<orchestration id>/dev-<attempt>/``:
   ``tasks.md`` (the architect's ``plan_markdown`` when the tasks parser reads phases
   with tasks in it, else one phase built from the plan's list items, or from the
   issue) and ``README.md`` (the design document phase 0 asks for: issue, goal, plan,
   review comments). Review comments of an earlier pass become the tasks of a last
   phase. The spec lies inside the target, so the session's spec rules accept it.
-- :func:`run_coding_agent` runs a coding-agent CLI (``claude -p {prompt}``,
-  ``codex exec {prompt}``) in the workspace, told by ``PHASEGATE_SESSION`` which
-  session to complete (:func:`coding_agent_env` lists its whole environment). It
-  runs as ``verify`` commands do (``activities/_verify_run.py``): its own process
+- :meth:`DeveloperActivities.run_coding_agent` runs one of the worker's coding agents
+  (``claude -p {prompt}``, ``codex exec {prompt}``, the scripted one), named by the
+  request, in the workspace, told by ``PHASEGATE_SESSION`` which session to complete.
+  It runs as ``verify`` commands do (``activities/_verify_run.py``): its own process
   group with a watchdog, so a cancelled activity, a timeout or a dead worker kills
   the agent and everything it started; it heartbeats every 2 seconds; only the
   last :data:`OUTPUT_TAIL_BYTES` of its output return, with the secret values of
   its environment redacted.
 
-Trust (ARCHITECTURE.md "Who can do what"): the coding agent holds level 3 (a shell
-in the workspace, a Temporal client for its session); the session's gates decide
-what counts as done, never the agent's exit code or its words. Approvals stay with
-people: the agent has no approver's private key.
+Trust (ARCHITECTURE.md "Who can do what"): any workflow with a Temporal client can
+schedule these activities (level 2), so neither trusts its input for power: the
+coding agent is a name resolved on the worker (``activities/_coding_agent.py``: never
+an argv from the request, Python started isolated, an allowlisted environment), and
+the working directory is re-checked against the worker's target roots on every call.
+A coding agent holds level 3 (a shell in the workspace): every file written here goes
+through ``activities/_workspace_files.py`` (no symlink followed, no predictable temp
+name) and outputs kept by reference are read through the bounded reader (a regular
+file, no link, no FIFO, a size cap, the digest history recorded). The session's gates
+decide what counts as done, never the agent's exit code or its words; approvals stay
+with people (the agent has no approver's private key).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from phasegate.activities._coding_agent import (
+    SESSION_VARS,
+    coding_agent_env,
+    command_ref,
+    fill_command,
+    isolated,
+    resolve,
+    tail,
+)
+from phasegate.activities._safe_read import MiB, read_bytes
 from phasegate.activities._verify_run import CheckFailed, run_process
+from phasegate.activities._workspace_files import (
+    SPEC_FOLDER,
+    WorkspaceFolder,
+    WorkspaceRefused,
+    checked_root,
+    orchestration_parts,
+)
 from phasegate.activities.tasks_parser import parse_tasks_md
 from phasegate.domain.agents import Issue, PlanOutput
-from phasegate.domain.errors import SpecParseError
+from phasegate.domain.errors import DefinitionError, SpecParseError
 from phasegate.domain.limits import MAX_PATH_CHARS
 from phasegate.domain.orchestration_gates import digest
+from phasegate.domain.settings import CodingAgent, Settings
 from phasegate.domain.spec import ParsedSpec
 from phasegate.domain.verify_contain import is_secret_name, redact
 from phasegate.temporal import load_settings
@@ -58,27 +84,22 @@ __all__ = [
     "CodingAgentRun",
     "DevSpec",
     "DevSpecRequest",
+    "DeveloperActivities",
     "coding_agent_env",
+    "command_ref",
     "dev_tasks_md",
     "fill_command",
     "list_items",
-    "orchestration_folder",
-    "run_coding_agent",
     "tail",
-    "write_dev_spec",
 ]
 
 OUTPUT_TAIL_BYTES = 16 * 1024
 """Output of the coding agent kept in its result (the end: where it says how it ended)."""
 
-SPEC_FOLDER = (".phasegate", "orchestrations")
-"""Where, under the working directory, the developer's specs are written."""
-
 _MAX_TASKS = 50  # tasks of a fallback phase, and review comments taken as tasks
 _MAX_TASK_CHARS = 300
 _MAX_COMMENT_CHARS = 4000  # one review comment in README.md
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_PLACEHOLDER = re.compile(r"\{(prompt|session_id|python)\}")
+_REF_LIMIT = 4 * MiB  # an output kept by reference (store_output: one payload, <= 2 MB)
 _TASK_MARK = re.compile(  # a checkbox, then a task id: "[ ] 1.2 ", "T001 ", "**Task 1.1**: "
     r"^(?:\[[ xX~-]\]\*?\s*)?"
     r"(?:(?:\*\*)?(?:Task\s+)?(?:[A-Z]{1,3}\d+|\d+\.\d+)(?:\.\d+)*(?:\*\*)?[:.)]?\s+)?"
@@ -90,7 +111,7 @@ _OPEN_BOX = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)\[ \]", re.MULTILINE)
 
 
 class DevSpecRequest(BaseModel):
-    """Input of :func:`write_dev_spec`."""
+    """Input of :meth:`DeveloperActivities.write_dev_spec`."""
 
     working_dir: str = Field(max_length=MAX_PATH_CHARS)
     orchestration_id: str = Field(min_length=1, max_length=255)
@@ -111,7 +132,8 @@ class DevSpecRequest(BaseModel):
 
 
 class DevSpec(BaseModel):
-    """Output of :func:`write_dev_spec`: the tasks.md to start ``spec_execution_v1`` with."""
+    """Output of :meth:`DeveloperActivities.write_dev_spec`: the tasks.md to start
+    ``spec_execution_v1`` with."""
 
     spec_path: str
     phases: int
@@ -122,25 +144,26 @@ class DevSpec(BaseModel):
 
 
 class CodingAgentRequest(BaseModel):
-    """Input of :func:`run_coding_agent`."""
+    """Input of :meth:`DeveloperActivities.run_coding_agent`: which of the worker's coding
+    agents to run, for which session. Never a command: the worker's list says what runs
+    (a ``command`` in the input is ignored)."""
 
-    command: list[str] = Field(min_length=1, max_length=64)
+    agent: str = Field(
+        min_length=1,
+        max_length=80,
+        description="A coding agent the worker lists (Settings.coding_agents), by name, or "
+        "command_ref() of its command (a profile that spells the command out).",
+    )
     working_dir: str = Field(max_length=MAX_PATH_CHARS)
     session_id: str = Field(min_length=1, max_length=255)
     prompt: str = Field("", max_length=256 * 1024)
     timeout_minutes: float = Field(60, gt=0, le=24 * 60)
-    temporal_address: str | None = Field(
-        None,
-        description="What the agent connects to; default: the address in the worker's "
-        "environment (TEMPORAL_ADDRESS, the Temporal profile, the running phasegate dev).",
-    )
-    namespace: str | None = Field(None, description="Default: the activity's namespace.")
     task_queue: str = Field(min_length=1, max_length=255)
 
 
 class CodingAgentRun(BaseModel):
-    """Output of :func:`run_coding_agent`. Says how the process ended, not whether the
-    work is done: the session's status says that."""
+    """Output of :meth:`DeveloperActivities.run_coding_agent`. Says how the process ended,
+    not whether the work is done: the session's status says that."""
 
     exit_code: int = Field(description="The exit status; -N when killed by signal N.")
     output_tail: str = Field(description="The last 16 KiB of stdout and stderr, redacted.")
@@ -148,47 +171,162 @@ class CodingAgentRun(BaseModel):
     timed_out: bool = False
 
 
-# --------------------------------------------------------------------------- the spec
+# --------------------------------------------------------------------------- activities
 
 
-@activity.defn
-def write_dev_spec(req: DevSpecRequest) -> DevSpec:
-    """Write the developer's spec (tasks.md + README.md) into the workspace.
+class DeveloperActivities:
+    """The developer step's activities, configured per worker.
 
-    Idempotent: the same request writes the same bytes (a retried activity is harmless).
-
-    Returns:
-        The tasks.md path and what the tasks parser finds in it.
-
-    Raises:
-        ApplicationError: Non-retryable, type ``developer_invalid``: the working
-            directory is not a folder, or the spec folder would lie outside it (a
-            symlink under ``.phasegate/``).
+    Args:
+        coding_agents: The coding agents this worker runs, by name
+            (``Settings.coding_agents``; a bare argv gets no extra variables). Nothing
+            else ever runs.
+        target_roots: Folders a working directory must lie in (empty: anywhere but ``/``).
+        temporal_address: Where a coding agent reaches Temporal (the worker's own
+            cluster); empty: the address the worker's environment names.
+        environ: Where the agents' declared variables come from (default: the worker
+            process's environment, read at each run).
     """
-    root = Path(req.working_dir)
-    if not req.working_dir or not root.is_dir():
-        raise _invalid(
-            f"the working directory {req.working_dir!r} is not a folder",
-            "set the profile's working_dir to the project's folder",
+
+    def __init__(
+        self,
+        coding_agents: Mapping[str, CodingAgent | Sequence[str]] | None = None,
+        *,
+        target_roots: Sequence[str] = (),
+        temporal_address: str = "",
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.coding_agents = {
+            name: agent if isinstance(agent, CodingAgent) else CodingAgent(command=list(agent))
+            for name, agent in (coding_agents or {}).items()
+        }
+        self.target_roots = list(target_roots)
+        self.temporal_address = temporal_address
+        self._environ = environ
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, temporal_address: str = ""
+    ) -> DeveloperActivities:
+        """The activities of a worker built from ``settings``."""
+        return cls(
+            settings.coding_agents,
+            target_roots=settings.target_roots,
+            temporal_address=temporal_address,
         )
-    folder = orchestration_folder(req.working_dir, req.orchestration_id, f"dev-{req.attempt}")
-    plan = req.plan or (_plan_from(req.plan_ref, req.plan_sha256, root) if req.plan_ref else None)
-    comments = req.review_comments
-    if req.review_ref:  # the whole review: the copy in history was shortened
-        comments = [str(c) for c in _recorded(req.review_ref, req.review_sha256, root)["comments"]]
-    text, from_plan = dev_tasks_md(req.issue, plan, comments)
-    spec = parse_tasks_md(text, source=str(folder / "tasks.md"))  # dev_tasks_md checked it
-    _write(folder / "README.md", _readme(req))
-    _write(folder / "tasks.md", text)
-    ignore = root.joinpath(*SPEC_FOLDER, ".gitignore")
-    if not ignore.exists():  # the orchestration's files, not the project's: keep git quiet
-        _write(ignore, "# phasegate orchestration specs (not project files)\n*\n")
-    return DevSpec(
-        spec_path=str(folder / "tasks.md"),
-        phases=len(spec.phases),
-        tasks=sum(len(p.tasks) for p in spec.phases),
-        from_plan=from_plan,
-    )
+
+    @property
+    def activities(self) -> list[Callable[..., Any]]:
+        """Both activities, to register on a worker."""
+        return [self.write_dev_spec, self.run_coding_agent]
+
+    @activity.defn(name="write_dev_spec")
+    def write_dev_spec(self, req: DevSpecRequest) -> DevSpec:
+        """Write the developer's spec (tasks.md + README.md) into the workspace.
+
+        Idempotent: the same request writes the same bytes (a retried activity is harmless).
+
+        Returns:
+            The tasks.md path and what the tasks parser finds in it.
+
+        Raises:
+            ApplicationError: Non-retryable, type ``developer_invalid``: the working
+                directory is not a folder or is outside the worker's target roots, a
+                folder under ``.phasegate/`` is a symlink or a file, or an output kept
+                by reference is not the regular file the orchestration recorded.
+        """
+        root = self._root(req.working_dir)
+        parts = orchestration_parts(req.orchestration_id, f"dev-{req.attempt}")
+        plan = req.plan
+        if plan is None and req.plan_ref:
+            plan = PlanOutput.model_validate(_recorded(req.plan_ref, req.plan_sha256, root, "plan"))
+        comments = req.review_comments
+        if req.review_ref:  # the whole review: the copy in history was shortened
+            review = _recorded(req.review_ref, req.review_sha256, root, "review")
+            comments = [str(c) for c in review.get("comments", [])]
+        text, from_plan = dev_tasks_md(req.issue, plan, comments)
+        tasks_md = root.joinpath(*parts, "tasks.md")
+        spec = parse_tasks_md(text, source=str(tasks_md))  # dev_tasks_md checked it
+        try:
+            with WorkspaceFolder(root, parts) as folder:
+                folder.write("README.md", _readme(req).encode("utf-8"))
+                folder.write("tasks.md", text.encode("utf-8"))
+            with WorkspaceFolder(root, SPEC_FOLDER) as top:
+                if not top.exists(".gitignore"):  # orchestration files: keep git quiet
+                    top.write(
+                        ".gitignore", b"# phasegate orchestration specs (not project files)\n*\n"
+                    )
+        except WorkspaceRefused as exc:
+            raise _invalid(exc.message, exc.hint) from None
+        return DevSpec(
+            spec_path=str(tasks_md),
+            phases=len(spec.phases),
+            tasks=sum(len(p.tasks) for p in spec.phases),
+            from_plan=from_plan,
+        )
+
+    @activity.defn(name="run_coding_agent")
+    def run_coding_agent(self, req: CodingAgentRequest) -> CodingAgentRun:
+        """Run the coding agent ``req.agent`` names in the workspace until it exits, times
+        out or is cancelled (then its whole process group is killed).
+
+        Returns:
+            Exit code, output tail and duration. A timeout is a result (``timed_out``).
+
+        Raises:
+            ApplicationError: Non-retryable, type ``developer_invalid``: the worker does
+                not list the agent, the working directory is not a folder or is outside
+                the worker's target roots, the command cannot start (not found, not
+                executable).
+        """
+        found = resolve(self.coding_agents, req.agent)
+        if found is None:
+            names = ", ".join(sorted(self.coding_agents)) or "none"
+            raise _invalid(
+                f"the coding agent {req.agent[:80]!r} is not one this worker runs (it runs: "
+                f"{names})",
+                "name one of them in the profile's developer.agent; the worker's "
+                "PHASEGATE_DEVELOPER_COMMANDS lists them",
+            )
+        name, agent = found
+        wd = self._root(req.working_dir)
+        env = coding_agent_env(
+            os.environ if self._environ is None else self._environ,
+            declared=agent.env,
+            session_id=req.session_id,
+            temporal_address=self.temporal_address or load_settings(os.environ).temporal_address,
+            namespace=activity.info().namespace if activity.in_activity() else "default",
+            task_queue=req.task_queue,
+        )
+        argv = fill_command(isolated(agent.command), prompt=req.prompt, session_id=req.session_id)
+        started = time.monotonic()
+        try:
+            output, code, timed_out = run_process(argv, wd, env, req.timeout_minutes * 60)
+        except CheckFailed as exc:
+            raise _invalid(
+                f"the coding agent {name!r} cannot start: {exc}",
+                f"fix its command ({agent.command[0]}) in the worker's "
+                "PHASEGATE_DEVELOPER_COMMANDS",
+            ) from None
+        secrets = {k: v for k, v in env.items() if is_secret_name(k) and len(v) >= 4}
+        for var in SESSION_VARS:
+            secrets.pop(var, None)  # the session id and address are no secret to the reader
+        return CodingAgentRun(
+            exit_code=code,
+            output_tail=tail(redact(output, secrets), OUTPUT_TAIL_BYTES),
+            seconds=round(time.monotonic() - started, 2),
+            timed_out=timed_out,
+        )
+
+    def _root(self, working_dir: str) -> Path:
+        """The working directory, re-checked: the caller may be any workflow (level 2)."""
+        try:
+            return checked_root(working_dir, self.target_roots)
+        except WorkspaceRefused as exc:
+            raise _invalid(exc.message, exc.hint) from None
+
+
+# --------------------------------------------------------------------------- the spec
 
 
 def dev_tasks_md(
@@ -278,58 +416,34 @@ def _one_line(text: str) -> str:
     return line[:_MAX_TASK_CHARS].rstrip()
 
 
-def orchestration_folder(working_dir: str, orchestration_id: str, *parts: str) -> Path:
-    """``<working_dir>/.phasegate/orchestrations/<id>/<parts>``, created, and refused
-    (``developer_invalid``) when a symlink under it leads out of the working directory."""
-    root = Path(working_dir)
-    folder = root.joinpath(*SPEC_FOLDER, _folder_name(orchestration_id), *parts)
-    real_root = os.path.realpath(root).rstrip("/") + "/"
-    for check in (False, True):  # before creating anything, and once it exists
-        if check:
-            folder.mkdir(parents=True, exist_ok=True)
-        if not os.path.realpath(folder).startswith(real_root):
-            raise _invalid(
-                f"{folder} resolves outside the working directory {real_root.rstrip('/')}",
-                f"remove the symlink under {root / SPEC_FOLDER[0]}",
-            )
-    return folder
-
-
-def _plan_from(ref: str, sha256: str | None, root: Path) -> PlanOutput:
-    """The architect's whole plan, kept as a file by reference (``store_output``)."""
-    return PlanOutput.model_validate(_recorded(ref, sha256, root))
-
-
-def _recorded(ref: str, sha256: str | None, root: Path) -> dict:
-    """An output kept as a file by reference, exactly as the orchestration recorded it:
-    anyone with a shell in the workspace can edit the file, so its digest must be the
-    one history holds."""
-    path = os.path.realpath(ref)
-    if not path.startswith(os.path.realpath(root).rstrip("/") + "/"):
-        raise _invalid(f"the plan file {ref} is outside the working directory", _PLAN_HINT)
+def _recorded(ref: str, sha256: str | None, root: Path, what: str) -> dict[str, Any]:
+    """An output kept as a file by reference (``store_output``), exactly as the
+    orchestration recorded it: read through the bounded reader (a regular file inside
+    the working directory, no symlink, no FIFO or device, at most 4 MiB, never
+    blocking), and anyone with a shell in the workspace can edit it, so its digest must
+    be the one history holds."""
+    path = root / ref
     try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read(2 * 1024 * 1024))
-    except (OSError, ValueError) as err:
-        raise _invalid(f"the plan file {ref} cannot be read: {err}", _PLAN_HINT) from None
-    if sha256 is None or digest(data) != sha256:
+        raw = read_bytes(
+            path, limit=_REF_LIMIT, what=f"{what} file", roots=[root], follow_symlinks=False
+        )
+        data = json.loads(raw)
+    except FileNotFoundError:
+        raise _invalid(f"the {what} file {path} does not exist", _PLAN_HINT) from None
+    except DefinitionError as err:
+        raise _invalid(f"{err.message}: {path}", _PLAN_HINT) from None
+    except ValueError as err:
+        raise _invalid(f"the {what} file {path} is not JSON ({err})", _PLAN_HINT) from None
+    if not isinstance(data, dict) or sha256 is None or digest(data) != sha256:
         raise _invalid(
-            f"the plan file {ref} changed since the architect wrote it (its digest is not the "
-            "one the orchestration recorded)",
+            f"the {what} file {path} changed since it was written (its digest is not the one "
+            "the orchestration recorded)",
             _PLAN_HINT,
         )
     return data
 
 
 _PLAN_HINT = "ask for a replan (phasegate orchestrate replan ID --reason R --as NAME)"
-
-
-def _folder_name(orchestration_id: str) -> str:
-    """The orchestration id as one path segment (a short digest keeps changed ids apart)."""
-    if _SAFE_ID.fullmatch(orchestration_id) and orchestration_id.strip(".") == orchestration_id:
-        return orchestration_id
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", orchestration_id).strip(".-")[:80] or "orchestration"
-    return f"{safe}-{hashlib.sha256(orchestration_id.encode()).hexdigest()[:8]}"
 
 
 def _readme(req: DevSpecRequest) -> str:
@@ -351,13 +465,6 @@ def _readme(req: DevSpecRequest) -> str:
     return "\n".join(parts)
 
 
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` whole (a reader never sees half a file; a symlink is replaced)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _invalid(message: str, hint: str) -> ApplicationError:
     return ApplicationError(
         f"{message} ({hint})",
@@ -365,115 +472,3 @@ def _invalid(message: str, hint: str) -> ApplicationError:
         type="developer_invalid",
         non_retryable=True,
     )
-
-
-# --------------------------------------------------------------------------- the agent
-
-
-@activity.defn
-def run_coding_agent(req: CodingAgentRequest) -> CodingAgentRun:
-    """Run the coding agent's command in the workspace until it exits, times out or is
-    cancelled (then its whole process group is killed).
-
-    Returns:
-        Exit code, output tail and duration. A timeout is a result (``timed_out``).
-
-    Raises:
-        ApplicationError: Non-retryable, type ``developer_invalid``: the working
-            directory is not a folder, the command cannot start (not found, not
-            executable).
-    """
-    wd = Path(req.working_dir)
-    if not req.working_dir or not wd.is_dir():
-        raise _invalid(
-            f"the working directory {req.working_dir!r} is not a folder",
-            "set the profile's working_dir to the project's folder",
-        )
-    address, namespace = req.temporal_address, req.namespace
-    if address is None or namespace is None:
-        address, namespace = _worker_server(address, namespace)
-    env = coding_agent_env(
-        os.environ,
-        session_id=req.session_id,
-        temporal_address=address,
-        namespace=namespace,
-        task_queue=req.task_queue,
-    )
-    argv = fill_command(req.command, prompt=req.prompt, session_id=req.session_id)
-    started = time.monotonic()
-    try:
-        output, code, timed_out = run_process(argv, wd, env, req.timeout_minutes * 60)
-    except CheckFailed as exc:
-        raise _invalid(str(exc), "fix the profile's developer.command") from None
-    secrets = {k: v for k, v in env.items() if is_secret_name(k) and len(v) >= 4}
-    for name in _PHASEGATE_VARS:
-        secrets.pop(name, None)  # the session id and address are no secret to the reader
-    return CodingAgentRun(
-        exit_code=code,
-        output_tail=tail(redact(output, secrets), OUTPUT_TAIL_BYTES),
-        seconds=round(time.monotonic() - started, 2),
-        timed_out=timed_out,
-    )
-
-
-_PHASEGATE_VARS = (
-    "PHASEGATE_SESSION",
-    "TEMPORAL_ADDRESS",
-    "TEMPORAL_NAMESPACE",
-    "PHASEGATE_TASK_QUEUE",
-)
-
-
-def coding_agent_env(
-    environ: Mapping[str, str],
-    *,
-    session_id: str,
-    temporal_address: str,
-    namespace: str,
-    task_queue: str,
-) -> dict[str, str]:
-    """The coding agent's environment: the worker's, without phasegate's own settings.
-
-    Every ``PHASEGATE_*`` variable of the worker is dropped (approver and operator
-    key files, library, spec and target roots, unsigned-approval switches are the
-    worker's business), then ``PHASEGATE_SESSION``, ``PHASEGATE_TASK_QUEUE``,
-    ``TEMPORAL_ADDRESS`` and ``TEMPORAL_NAMESPACE`` name the session and where it
-    lives. The rest stays: the agent needs ``PATH``, ``HOME`` and its own model
-    credentials (``ANTHROPIC_API_KEY``...), and the ``TEMPORAL_TLS_*`` /
-    ``TEMPORAL_API_KEY`` client settings to reach the session (trust level 2).
-    """
-    env = {k: v for k, v in environ.items() if not k.upper().startswith("PHASEGATE_")}
-    env.update(
-        PHASEGATE_SESSION=session_id,
-        PHASEGATE_TASK_QUEUE=task_queue,
-        TEMPORAL_ADDRESS=temporal_address,
-        TEMPORAL_NAMESPACE=namespace,
-    )
-    return env
-
-
-def fill_command(command: list[str], *, prompt: str, session_id: str) -> list[str]:
-    """``command`` with ``{prompt}`` and ``{session_id}`` filled in each argument (one
-    pass: braces in the prompt are left as written; no shell ever parses it)."""
-    values = {"prompt": prompt, "session_id": session_id, "python": sys.executable}
-    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in command]
-
-
-def tail(text: str, limit: int) -> str:
-    """The last ``limit`` bytes of ``text`` (UTF-8), with a note of what was cut."""
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= limit:
-        return text
-    kept = data[-limit:].decode("utf-8", errors="ignore")
-    return f"[… {len(data) - limit} earlier bytes omitted …]\n{kept}"
-
-
-def _worker_server(address: str | None, namespace: str | None) -> tuple[str, str]:
-    """The server the agent connects to, where the request names none: the address this
-    worker's environment names (as ``phasegate worker`` connects: ``TEMPORAL_ADDRESS``,
-    the Temporal profile, the running ``phasegate dev``) and the activity's namespace.
-    (A sync activity has no client to ask; a worker built from other settings, as in
-    tests, passes ``temporal_address``.)"""
-    if namespace is None:
-        namespace = activity.info().namespace if activity.in_activity() else "default"
-    return address or load_settings(os.environ).temporal_address, namespace

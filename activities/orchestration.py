@@ -16,7 +16,6 @@ keeping large outputs as files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -27,9 +26,15 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from phasegate.activities._safe_read import read_text
-from phasegate.activities.developer import orchestration_folder
+from phasegate.activities._workspace_files import (
+    WorkspaceFolder,
+    WorkspaceRefused,
+    checked_root,
+    orchestration_parts,
+)
 from phasegate.domain.agents import STEP_AGENTS, Profile
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.orchestration_messages import (
@@ -265,30 +270,43 @@ class OrchestrationActivities:
 
     @activity.defn(name="store_output")
     def store_output(self, req: StoreOutputRequest) -> str:
-        """Write one output as JSON under the orchestration's folder; returns its path."""
-        folder = orchestration_folder(req.working_dir, req.orchestration_id, "outputs")
-        path = folder / f"{re.sub(r'[^A-Za-z0-9_-]', '_', req.key)}.json"
+        """Write one output as JSON under the orchestration's folder; returns its path.
+
+        The working directory is re-checked against the worker's target roots (any
+        workflow can schedule this activity), no folder under it is followed if it is a
+        link, and the file is written whole under a random temp name, then renamed over
+        whatever is at its name (``activities/_workspace_files.py``).
+
+        Raises:
+            ApplicationError: Non-retryable, type ``workspace_refused``: the working
+                directory is not a folder or outside the target roots, or a folder on
+                the way is a symlink or a file.
+        """
+        name = f"{re.sub(r'[^A-Za-z0-9_-]', '_', req.key)[:200]}.json"
         data = json.dumps(req.output, indent=2, ensure_ascii=False).encode("utf-8")
-        tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-        # O_EXCL|O_NOFOLLOW: never write through a link planted in the folder.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return str(path)
+            root = checked_root(req.working_dir, self.target_roots)
+            with WorkspaceFolder(root, orchestration_parts(req.orchestration_id, "outputs")) as f:
+                return str(f.write(name, data))
+        except WorkspaceRefused as exc:
+            details = {"message": exc.message, "hint": exc.hint}
+            raise ApplicationError(
+                str(exc), details, type="workspace_refused", non_retryable=True
+            ) from None
 
 
 def _same_command(allowed: list[str], asked: list[str]) -> bool:
-    """Whether ``asked`` is ``allowed`` (``{python}`` may be spelled as this interpreter)."""
+    """Whether ``asked`` is ``allowed`` (``{python}`` may be spelled as this interpreter,
+    the scripted agent by its former module name)."""
     python = {"{python}", sys.executable, os.path.realpath(sys.executable)}
+    allowed, asked = [_MOVED.get(a, a) for a in allowed], [_MOVED.get(a, a) for a in asked]
     return len(allowed) == len(asked) and all(
         a == b or (a == "{python}" and b in python) for a, b in zip(allowed, asked, strict=True)
     )
+
+
+# Profiles written before the scripted agent became production code still name it.
+_MOVED = {"phasegate.testing.coding_agent": "phasegate.agents.scripted"}
 
 
 def _check_path(root: Path, path: str, claimed: bool) -> str | None:

@@ -20,16 +20,20 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from phasegate.domain.agents import AgentName
 from phasegate.domain.errors import PhasegateError
 
 __all__ = [
+    "CODING_AGENT_BASE_ENV",
+    "CODING_AGENT_ENV",
     "DEVELOPER_COMMANDS",
     "RESERVED_PROVIDERS",
     "SEARCH_ATTRIBUTES",
     "TASK_QUEUE",
+    "CodingAgent",
     "ProviderConfig",
     "Settings",
     "verify_task_queue",
@@ -40,8 +44,22 @@ DEVELOPER_COMMANDS: dict[str, list[str]] = {
     "claude": ["claude", "-p", "{prompt}"],
     "codex": ["codex", "exec", "{prompt}"],
     # phasegate's scripted coding agent: walks the session honestly (demo and tests)
-    "scripted": ["{python}", "-m", "phasegate.testing.coding_agent", "{prompt}"],
+    "scripted": ["{python}", "-m", "phasegate.agents.scripted", "{prompt}"],
 }
+
+CODING_AGENT_ENV: dict[str, list[str]] = {
+    "claude": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
+    "codex": ["OPENAI_API_KEY", "OPENAI_BASE_URL"],
+}
+"""Variables a well-known coding agent needs from the worker's environment, by agent
+name or program name (``claude``, ``codex``): what an entry that declares no ``env``
+gets, so a ``PHASEGATE_DEVELOPER_COMMANDS`` written as name -> argv keeps working."""
+
+CODING_AGENT_BASE_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_*", "TERM", "TMPDIR", "TZ", "SHELL",
+)  # fmt: skip
+"""What every coding agent gets from the worker's environment (``LC_*``: each locale
+variable), besides what phasegate sets for it and what its entry declares."""
 
 TASK_QUEUE = "phasegate"
 
@@ -68,6 +86,52 @@ RESERVED_PROVIDERS = frozenset({"openai", "anthropic", "demo", "test", "rules"})
 
 _PROVIDER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\*?")
+_AGENT_NAME = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+
+
+def _check_agent_env(names: list[str]) -> list[str]:
+    """Variable names a coding agent may get (``NAME`` or a prefix ``NAME_*``); never the
+    worker's own ``PHASEGATE_*`` settings (approver keys, roots, switches)."""
+    for name in names:
+        if not _ENV_PATTERN.fullmatch(name):
+            raise ValueError(
+                f"{name!r} is not an environment variable name: use NAME or a prefix such "
+                "as TEMPORAL_TLS_* (letters, digits and _, then at most one trailing *)"
+            )
+        if name.upper().startswith("PHASEGATE"):
+            raise ValueError(
+                f"{name!r}: PHASEGATE_* variables are the worker's own settings and never "
+                "reach a coding agent (phasegate sets PHASEGATE_SESSION and "
+                "PHASEGATE_TASK_QUEUE itself); remove it from env"
+            )
+    return names
+
+
+class CodingAgent(BaseModel):
+    """One coding agent a worker runs: its command and the variables it needs.
+
+    The agent's environment is built, never inherited: :data:`CODING_AGENT_BASE_ENV`,
+    what phasegate sets (``PHASEGATE_SESSION``, ``PHASEGATE_TASK_QUEUE``,
+    ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``) and the worker's values of ``env``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        min_length=1, max_length=64, description="argv; {prompt}, {session_id}, {python} filled in."
+    )
+    env: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Variables passed from the worker's environment: names, or prefixes "
+        "ending in * (e.g. ANTHROPIC_API_KEY, TEMPORAL_TLS_*).",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, value: list[str]) -> list[str]:
+        return _check_agent_env(value)
 
 
 class ProviderConfig(BaseModel):
@@ -214,17 +278,91 @@ class Settings(BaseModel):
     )
 
     developer_commands: dict[
-        Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")],
+        Annotated[str, StringConstraints(pattern=_AGENT_NAME)],
         Annotated[list[Annotated[str, StringConstraints(max_length=4096)]], Field(min_length=1)],
     ] = Field(
         default_factory=lambda: dict(DEVELOPER_COMMANDS),
         description="The coding agents this worker may run for an orchestration's developer, "
-        "by name (PHASEGATE_DEVELOPER_COMMANDS, JSON such as "
-        '{"claude": ["claude", "-p", "{prompt}"]}; replaces the defaults claude, codex and '
-        "scripted). A profile picks one by name (developer.agent); a starter can never make "
-        "the worker run another program. {prompt}, {session_id} and {python} (the worker's "
-        "interpreter) are filled in.",
+        "by name (PHASEGATE_DEVELOPER_COMMANDS, JSON; replaces the defaults claude, codex and "
+        "scripted). Each entry is an argv, "
+        '{"claude": ["claude", "-p", "{prompt}"]}, or an object naming the variables the '
+        "agent needs from the worker's environment, "
+        '{"claude": {"command": ["claude", "-p", "{prompt}"], "env": ["ANTHROPIC_API_KEY", '
+        '"TEMPORAL_TLS_*"]}} (kept in developer_env). A profile picks one by name '
+        "(developer.agent); a starter can never make the worker run another program. "
+        "{prompt}, {session_id} and {python} (the worker's interpreter) are filled in; a "
+        "Python interpreter runs isolated (-I), so the workspace cannot shadow the module "
+        "it runs. The agent's environment is PATH, HOME, USER, LOGNAME, LANG, LC_*, TERM, "
+        "TMPDIR, TZ, SHELL, the session's PHASEGATE_SESSION, PHASEGATE_TASK_QUEUE, "
+        "TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE, and its declared env (default for claude: "
+        "ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL; codex: OPENAI_API_KEY, OPENAI_BASE_URL); "
+        "nothing else of the worker's (no PHASEGATE_* settings, cloud credentials or "
+        "Temporal TLS / API key variables unless declared).",
     )
+    developer_env: dict[
+        Annotated[str, StringConstraints(pattern=_AGENT_NAME)],
+        Annotated[list[str], Field(max_length=64)],
+    ] = Field(
+        default_factory=dict,
+        description="Per coding agent, the variables it gets from the worker's environment "
+        "(the env of a PHASEGATE_DEVELOPER_COMMANDS object entry). An agent not named here "
+        "gets CODING_AGENT_ENV's list for its name or program (claude, codex), else none.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_agent_entries(cls, data: object) -> object:
+        """``developer_commands`` entries written as ``{"command", "env"}`` objects: the
+        command stays there, the variable names go to ``developer_env``."""
+        if not isinstance(data, dict) or not isinstance(data.get("developer_commands"), Mapping):
+            return data
+        commands: dict[object, object] = {}
+        env = dict(data.get("developer_env") or {})
+        for name, entry in data["developer_commands"].items():
+            if not isinstance(entry, (Mapping, CodingAgent)):
+                commands[name] = entry
+                continue
+            try:
+                agent = CodingAgent.model_validate(entry)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                msg = first["msg"].removeprefix("Value error, ")
+                raise ValueError(
+                    f"coding agent {name!r}: {where + ': ' if where else ''}{msg} (an entry is "
+                    'an argv or {"command": [...], "env": ["VARIABLE", ...]})'
+                ) from None
+            commands[name], env[name] = agent.command, agent.env
+        return {**data, "developer_commands": commands, "developer_env": env}
+
+    @field_validator("developer_env")
+    @classmethod
+    def _check_developer_env(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for names in value.values():
+            _check_agent_env(names)
+        return value
+
+    @model_validator(mode="after")
+    def _env_of_listed_agents(self) -> Settings:
+        unknown = sorted(set(self.developer_env) - set(self.developer_commands))
+        if unknown:
+            raise ValueError(
+                f"developer_env names {', '.join(unknown)}, which developer_commands does "
+                f"not list ({', '.join(sorted(self.developer_commands)) or 'none'})"
+            )
+        return self
+
+    @property
+    def coding_agents(self) -> dict[str, CodingAgent]:
+        """The coding agents this worker runs, by name, each with the variables it gets."""
+        agents = {}
+        for name, command in self.developer_commands.items():
+            env = self.developer_env.get(name)
+            if env is None:
+                program = command[0].rsplit("/", 1)[-1]
+                env = CODING_AGENT_ENV.get(name) or CODING_AGENT_ENV.get(program) or []
+            agents[name] = CodingAgent(command=command, env=env)
+        return agents
 
     @field_validator("model_providers")
     @classmethod
@@ -313,7 +451,10 @@ def _flag(value: str | None) -> bool | None:
 
 
 _MODELS_EXAMPLE = '{"planner": "rules", "analyst": "openai:gpt-4o", "reviewer": "demo"}'
-_COMMANDS_EXAMPLE = '{"claude": ["claude", "-p", "{prompt}"]}'
+_COMMANDS_EXAMPLE = (
+    '{"claude": ["claude", "-p", "{prompt}"], '
+    '"mine": {"command": ["mine", "{prompt}"], "env": ["MINE_API_KEY"]}}'
+)
 _PROVIDERS_EXAMPLE = '{"ollama": {"base_url": "http://localhost:11434/v1"}}'
 
 

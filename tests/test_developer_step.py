@@ -3,6 +3,8 @@
 over that spec. The test approves phase 0 as a person would (a signed decision with
 the lead's key, which the agent does not hold). ``run_coding_agent`` runs inside a tiny
 workflow, so its heartbeats, cancellation and timeout are Temporal's, not simulated.
+The coding agents are the test worker's own (``DeveloperActivities``), named by the
+request; tests/test_trust_developer.py attacks them.
 """
 
 from __future__ import annotations
@@ -12,10 +14,9 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import json
-import os
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,19 +35,21 @@ from phasegate.activities.developer import (
     OUTPUT_TAIL_BYTES,
     CodingAgentRequest,
     CodingAgentRun,
+    DeveloperActivities,
     DevSpecRequest,
     dev_tasks_md,
-    run_coding_agent,
-    write_dev_spec,
 )
 from phasegate.activities.tasks_parser import parse_tasks_md
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.agents import Issue, PlanOutput
 from phasegate.domain.messages import SessionOptions, SessionView
-from phasegate.domain.settings import Settings
+from phasegate.domain.settings import CodingAgent, Settings
 from phasegate.testing import make_settings, running_worker, signed_approver
 from phasegate.testing.coding_agent import WORK_FOLDER
+
+write_dev_spec = DeveloperActivities().write_dev_spec  # writing a spec needs no agent
+SCRIPTED = ["{python}", "-m", "phasegate.agents.scripted"]
 
 ISSUE = Issue(
     id="42",
@@ -91,8 +94,8 @@ time.sleep(600)
 class DeveloperStep:
     @workflow.run
     async def run(self, req: CodingAgentRequest) -> CodingAgentRun:
-        return await workflow.execute_activity(
-            run_coding_agent,
+        return await workflow.execute_activity_method(
+            DeveloperActivities.run_coding_agent,
             req,
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(seconds=5),
@@ -103,15 +106,20 @@ class DeveloperStep:
 
 @contextlib.asynccontextmanager
 async def developer_worker(
-    client: Client, executor: concurrent.futures.ThreadPoolExecutor
+    client: Client,
+    executor: concurrent.futures.ThreadPoolExecutor,
+    agents: Mapping[str, CodingAgent | Sequence[str]],
+    temporal_address: str = "",
 ) -> AsyncIterator[str]:
-    """A worker for the test workflow and the developer activities; yields its queue."""
+    """A worker for the test workflow and the developer activities, running ``agents``;
+    yields its queue."""
     queue = f"dev-{uuid.uuid4().hex[:8]}"
+    developer = DeveloperActivities(agents, temporal_address=temporal_address)
     async with Worker(
         client,
         task_queue=queue,
         workflows=[DeveloperStep],
-        activities=[write_dev_spec, run_coding_agent],
+        activities=developer.activities,
         activity_executor=executor,
     ):
         yield queue
@@ -139,17 +147,15 @@ class SpecSession:
     queue: str
     key_dir: Path
 
-    def agent(self, *args: str, prompt: str | None = None) -> CodingAgentRequest:
-        """The testing coding agent (``args``) working this session."""
+    def agent(self, name: str, prompt: str | None = None) -> CodingAgentRequest:
+        """The developer worker's coding agent ``name`` (honest, phantom) on this session."""
         return CodingAgentRequest(
-            command=[sys.executable, "-m", "phasegate.testing.coding_agent", *args, "{prompt}"],
+            agent=name,
             working_dir=str(self.wd),
             session_id=self.sid,
             prompt=prompt or f"Complete the phasegate session {self.sid}.",
             timeout_minutes=3,
             task_queue=self.pg.task_queue,
-            # The test's worker is built from settings, not from its environment: name it.
-            temporal_address=self.env.client.service_client.config.target_host,
         )
 
     async def run_with_approvals(
@@ -192,11 +198,17 @@ async def session_over_spec(
     spec = ActivityEnvironment().run(write_dev_spec, req)
     settings = lead_settings(tmp_path)
     pg = PhasegateClient(env.client, settings.task_queue)
+    agents = {
+        "honest": [*SCRIPTED, "{prompt}"],
+        "phantom": [*SCRIPTED, "--phantom", "--spec", spec.spec_path, "{prompt}"],
+    }
+    # The test's worker is built from settings, not from its environment: name the address.
+    address = env.client.service_client.config.target_host
     async with running_worker(env.client, settings, executor=executor):
         # The spec lies under <working_dir>/.phasegate/: the target's spec rules accept it.
         options = SessionOptions(spec_path=spec.spec_path)
         sid = await pg.start("spec_execution_v1", str(wd), options=options)
-        async with developer_worker(env.client, executor) as queue:
+        async with developer_worker(env.client, executor, agents, address) as queue:
             yield SpecSession(
                 env, wd, spec.spec_path, spec.tasks, pg, sid, queue, tmp_path / "keys"
             )
@@ -288,7 +300,7 @@ async def test_honest_agent_completes_the_session(env, executor, tmp_path: Path)
     plan = PlanOutput(goal="Load empty files", plan_markdown=TWO_PHASES, confidence=0.9)
     async with session_over_spec(env, executor, tmp_path, plan) as s:
         prompt = f"Complete session {s.sid}. The spec is {s.spec_path}."  # found in the prompt
-        run, approved, status = await s.run_with_approvals(s.agent(prompt=prompt))
+        run, approved, status = await s.run_with_approvals(s.agent("honest", prompt=prompt))
     sid, wd = s.sid, s.wd
     assert run.exit_code == 0 and not run.timed_out, run.output_tail
     assert f"session {sid} completed (3 phases)" in run.output_tail
@@ -301,9 +313,7 @@ async def test_honest_agent_completes_the_session(env, executor, tmp_path: Path)
 async def test_phantom_agent_leaves_the_session_incomplete(env, executor, tmp_path: Path) -> None:
     plan = PlanOutput(goal="Load empty files", plan_markdown=NO_PHASES, confidence=0.8)
     async with session_over_spec(env, executor, tmp_path, plan) as s:
-        run, approved, status = await s.run_with_approvals(
-            s.agent("--phantom", "--spec", s.spec_path)
-        )
+        run, approved, status = await s.run_with_approvals(s.agent("phantom"))
     # The agent says it is done and exits 0; the session says otherwise, and why.
     assert run.exit_code == 0 and run.output_tail.rstrip().endswith("all tasks done")
     assert approved == [0]
@@ -351,13 +361,14 @@ async def hanging_step(
     command's child run: the step's handle and their pids."""
     pidfile = tmp_path / "pids"
     req = CodingAgentRequest(
-        command=[sys.executable, "-c", HANG, str(pidfile)],
+        agent="hang",
         working_dir=str(tmp_path),
         session_id="no-session",
         task_queue="unused",
         timeout_minutes=timeout_minutes,
     )
-    async with developer_worker(env.client, executor) as queue:
+    hang = {"hang": [sys.executable, "-c", HANG, str(pidfile)]}
+    async with developer_worker(env.client, executor, hang) as queue:
         handle = await start_step(env, queue, req)
         yield handle, await _pids(pidfile)
 
@@ -395,6 +406,7 @@ async def test_output_is_capped_redacted_and_the_env_is_the_sessions(
     env, executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DEVSTEP_API_KEY", "sk-devstep-0123456789")  # the agent's own key
+    monkeypatch.setenv("TEMPORAL_TLS_CLIENT_KEY_PATH", "/etc/worker.key")  # not declared
     monkeypatch.setenv("PHASEGATE_ALLOW_UNSIGNED_APPROVALS", "1")  # the worker's business
     address = env.client.service_client.config.target_host
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)  # as `phasegate worker` would find it
@@ -406,30 +418,29 @@ async def test_output_is_capped_redacted_and_the_env_is_the_sessions(
         "print(os.environ['DEVSTEP_API_KEY'], sys.argv[1:])\n"
         "print('END')\n"
     )
-    req = CodingAgentRequest(
+    echo = CodingAgent(
         command=[sys.executable, "-c", script, "{session_id}", "-p", "<{prompt}>"],
+        env=["DEVSTEP_API_KEY"],  # what the agent's entry declares it needs
+    )
+    req = CodingAgentRequest(
+        agent="echo",
         working_dir=str(tmp_path),
         session_id="sess-7",
         prompt="fix {session_id} {x}",
         task_queue="pg-queue",
     )
-    async with developer_worker(env.client, executor) as queue:
+    async with developer_worker(env.client, executor, {"echo": echo}) as queue:
         run = await (await start_step(env, queue, req)).result()
     assert run.exit_code == 0
     head, _, kept = run.output_tail.partition("\n")
     assert "earlier bytes omitted" in head and len(kept.encode()) <= OUTPUT_TAIL_BYTES
     lines = kept.splitlines()
     assert lines[-1] == "END"
-    assert json.loads(lines[-3]) == {
+    assert json.loads(lines[-3]) == {  # the session's, and nothing of the worker's
         "PHASEGATE_SESSION": "sess-7",
         "PHASEGATE_TASK_QUEUE": "pg-queue",
         "TEMPORAL_ADDRESS": address,
         "TEMPORAL_NAMESPACE": "default",
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if k.startswith("TEMPORAL_") and k not in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
-        },
     }
     # The key the agent printed is redacted; placeholders are filled once, never re-read.
     assert lines[-2] == "[redacted $DEVSTEP_API_KEY] ['sess-7', '-p', '<fix {session_id} {x}>']"
@@ -439,15 +450,15 @@ async def test_a_command_that_cannot_start_fails_the_step_for_good(
     env, executor, tmp_path: Path
 ) -> None:
     req = CodingAgentRequest(
-        command=["no-such-coding-agent-xyz", "-p", "{prompt}"],
-        working_dir=str(tmp_path),
-        session_id="s",
-        task_queue="q",
+        agent="missing", working_dir=str(tmp_path), session_id="s", task_queue="q"
     )
-    async with developer_worker(env.client, executor) as queue:
+    missing = {"missing": ["no-such-coding-agent-xyz", "-p", "{prompt}"]}
+    async with developer_worker(env.client, executor, missing) as queue:
         with pytest.raises(WorkflowFailureError) as err:
             await (await start_step(env, queue, req)).result()
     cause = err.value.cause.cause  # ActivityError -> ApplicationError
     assert isinstance(cause, ApplicationError) and cause.type == "developer_invalid"
-    assert "command not found: no-such-coding-agent-xyz" in cause.message
-    assert "developer.command" in cause.message
+    assert "coding agent 'missing' cannot start: command not found: no-such-coding-agent-xyz" in (
+        cause.message
+    )
+    assert "PHASEGATE_DEVELOPER_COMMANDS" in cause.message

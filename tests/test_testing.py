@@ -96,6 +96,6 @@ def test_known_good_names_the_shipped_workflows() -> None:
     ],
 )
 def test_completion_satisfies_lambda_validators(expr, params, default, expected) -> None:
-    from phasegate.testing._evidence import _satisfying
+    from phasegate.agents._evidence import _satisfying
 
     assert _satisfying(expr, params, default) == expected

@@ -31,9 +31,9 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.activities.developer import (
         CodingAgentRequest,
         CodingAgentRun,
+        DeveloperActivities,
         DevSpecRequest,
-        run_coding_agent,
-        write_dev_spec,
+        command_ref,
     )
     from phasegate.activities.orchestration import DEVELOPER_WORKFLOW
     from phasegate.domain.agent_context import AgentPromptRequest, ContextSections
@@ -74,8 +74,8 @@ async def develop(
     architect = state.latest("architect")
     review = state.latest("reviewer")
     attempt = int(key.rsplit("_", 1)[1]) + 1
-    spec = await workflow.execute_activity(
-        write_dev_spec,
+    spec = await workflow.execute_activity_method(
+        DeveloperActivities.write_dev_spec,
         DevSpecRequest(
             working_dir=ctx.working_dir,
             orchestration_id=info.workflow_id,
@@ -164,16 +164,16 @@ async def _drive(
         retry_policy=RETRY,
     )
     text = f"{prompt.instructions}\n\n{prompt.prompt}\n\nThe spec of your session: {spec_path}\n"
-    agent = workflow.start_activity(
-        run_coding_agent,
+    agent = workflow.start_activity_method(
+        DeveloperActivities.run_coding_agent,
         CodingAgentRequest(
-            command=ctx.developer_command,
+            # A name the worker resolves, never an argv: the profile's developer.agent, or
+            # (a profile that spelled the command out) the worker's command setup chose.
+            agent=dev.agent or command_ref(ctx.developer_command),
             working_dir=ctx.working_dir,
             session_id=child_id,
             prompt=text,
             timeout_minutes=dev.timeout_minutes,
-            temporal_address=ctx.temporal_address or None,
-            namespace=workflow.info().namespace,
             task_queue=workflow.info().task_queue,
         ),
         start_to_close_timeout=timedelta(minutes=dev.timeout_minutes + 1),
