@@ -41,6 +41,7 @@ from phasegate.activities.developer import DeveloperActivities
 from phasegate.activities.metrics import MeteredVerify
 from phasegate.activities.notify import notify_webhook
 from phasegate.activities.orchestration import OrchestrationActivities
+from phasegate.activities.provenance import CallerCheck, ProvenanceActivities
 from phasegate.activities.rag import RagActivities
 from phasegate.activities.verify import VerifyActivities
 from phasegate.domain.errors import PhasegateError
@@ -188,9 +189,16 @@ def build_worker(
                 # One slot per thread: a check the worker accepts starts (and heartbeats)
                 # at once; the rest wait on the server, where only schedule-to-start runs.
                 max_concurrent_activities=settings.verify_concurrency,
+                interceptors=[caller_check(client, settings)],
             )
         )
     return PhasegateWorkers(workers, owned)
+
+
+def caller_check(client: Client, settings: Settings) -> CallerCheck:
+    """The interceptor that runs activities only for phasegate's own workflow runs."""
+    # @workflow.defn without a name: each workflow's type is its class name.
+    return CallerCheck(client, [w.__name__ for w in WORKFLOWS], settings.task_queue)
 
 
 def _main_worker(
@@ -248,11 +256,13 @@ def _main_worker(
             *DeveloperActivities.from_settings(
                 settings, temporal_address=client.service_client.config.target_host
             ).activities,
+            ProvenanceActivities(client, settings.task_queue).check_carry,
         ],
         activity_executor=executor,
         max_concurrent_activities=threads if isinstance(threads, int) else None,
         # Registers the agents' model-request activities (Orchestration.__pydantic_ai_agents__).
         plugins=[PydanticAIPlugin()],
+        interceptors=[caller_check(client, settings)],
     )
 
 
