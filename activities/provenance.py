@@ -13,8 +13,8 @@ prove it):
   activities are exempt: only the worker running the workflow task runs them, so a
   foreign workflow cannot ask for one.
 - :meth:`ProvenanceActivities.check_carry`, a *local* activity: a run handed carried
-  state is trusted only when the server says the run it continues is the same
-  workflow type on the same task queue. Its answer is recorded in history (a marker),
+  state is trusted only when the server started it as the continue-as-new of a run of
+  the same workflow type on the same task queue (not a cron or retry run). Its answer is recorded in history (a marker),
   so replay needs no server.
 """
 
@@ -26,6 +26,8 @@ from collections.abc import Collection
 from typing import Any
 
 from temporalio import activity
+from temporalio.api.enums.v1 import ContinueAsNewInitiator
+from temporalio.api.history.v1 import WorkflowExecutionStartedEventAttributes
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -128,9 +130,7 @@ class _Inbound(ActivityInboundInterceptor):
         info = activity.info()
         found = await self._check.verdict(info)
         if not found.trusted:
-            activity.logger.warning(
-                "refused activity %s: %s", info.activity_type, found.reason
-            )
+            activity.logger.warning("refused activity %s: %s", info.activity_type, found.reason)
             raise application_error(
                 CallerRefused(
                     f"phasegate refuses to run {info.activity_type}: {found.reason}",
@@ -157,16 +157,40 @@ class ProvenanceActivities:
 
     @activity.defn
     async def check_carry(self, req: CarryCheck) -> Provenance:
-        """Whether the run that handed this one its carried state is its own predecessor:
-        the same workflow type on the same task queue (run as a local activity)."""
+        """Whether this run was handed its carried state by its own predecessor: the server
+        started it as a continue-as-new of a run of the same workflow type on the same task
+        queue (run as a local activity, so only phasegate's own workflow code asks)."""
         info = activity.info()
-        predecessor = await describe_run(
-            self._client, info.workflow_id or "", req.predecessor_run_id
+        wid = info.workflow_id or ""
+        started = await _started_event(self._client, wid, info.workflow_run_id or "")
+        predecessor_id = started.continued_execution_run_id if started else ""
+        predecessor = (
+            await describe_run(self._client, wid, predecessor_id) if predecessor_id else None
         )
         return carry_verdict(
             predecessor,
             workflow_type=req.workflow_type,
             task_queue=self._queue,
-            cron=req.cron,
-            retry=req.retry,
+            continued_as_new=started is not None
+            and started.initiator == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW,
         )
+
+
+async def _started_event(
+    client: Client, workflow_id: str, run_id: str
+) -> WorkflowExecutionStartedEventAttributes | None:
+    """The server's record of how a run started (its first history event)."""
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    try:
+        async for event in handle.fetch_history_events(page_size=1):
+            if event.HasField("workflow_execution_started_event_attributes"):
+                return event.workflow_execution_started_event_attributes
+            return None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise ApplicationError(
+            f"cannot ask the Temporal server how this run started: {exc.message}",
+            type="provenance_unavailable",
+        ) from None
+    return None

@@ -13,9 +13,9 @@ Nothing a workflow puts in an input proves who it is. What the server records of
 run does: its workflow type and the task queue its workflow tasks go to, which only
 the run's starter chose and only phasegate's worker polls. So a caller is trusted
 when the server says it is one of phasegate's workflow types on phasegate's task
-queue (``caller_verdict``); a carry is trusted when the run it came from is the same
-workflow type on the same queue and this run is its continue-as-new, not a cron or
-retry run re-using a starter's input (``carry_verdict``). A rogue *worker* polling
+queue (``caller_verdict``); a carry is trusted when the server started this run as
+the continue-as-new of a run of the same workflow type on the same queue, not as a
+cron or retry run re-using a starter's input (``carry_verdict``). A rogue *worker* polling
 phasegate's own queue is beyond this check (the README's threat model).
 
 Pure: the activities in ``phasegate.activities.provenance`` ask the server and hand
@@ -46,9 +46,6 @@ class CarryCheck(BaseModel):
     """Input of ``ProvenanceActivities.check_carry`` (a local activity)."""
 
     workflow_type: str = Field(max_length=MAX_ID_CHARS)
-    predecessor_run_id: str = Field(max_length=MAX_ID_CHARS)
-    cron: bool = Field(False, description="The run is a cron run.")
-    retry: bool = Field(False, description="The run was started with a retry policy.")
 
 
 class Provenance(BaseModel):
@@ -89,8 +86,7 @@ def carry_verdict(
     *,
     workflow_type: str,
     task_queue: str,
-    cron: bool,
-    retry: bool,
+    continued_as_new: bool,
 ) -> Provenance:
     """Whether carried state handed to a run came from that workflow's own chain.
 
@@ -98,14 +94,15 @@ def carry_verdict(
         predecessor: The server's record of the run this one continues (None: none).
         workflow_type: This run's workflow type.
         task_queue: This run's task queue (phasegate's).
-        cron: This run is a cron run (its input is the starter's, re-used).
-        retry: This run has a retry policy (a retry re-uses the starter's input).
+        continued_as_new: The server started this run because its predecessor
+            continued-as-new (not a cron or retry run, which re-use a starter's input,
+            and not a first run).
     """
-    if cron or retry:
+    if not continued_as_new:
         return Provenance(
             trusted=False,
-            reason="a cron or retried run re-uses its starter's input, so its carried state "
-            "was not handed over by a continue-as-new",
+            reason="the run is not a continue-as-new (a first, cron or retried run re-uses "
+            "its starter's input)",
         )
     if predecessor is None:
         return Provenance(trusted=False, reason="the run continues no run the server knows")

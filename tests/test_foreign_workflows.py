@@ -256,8 +256,8 @@ async def test_a_foreign_workflow_cannot_run_a_command_as_the_coding_agent(
         settings.task_queue,
         "run_coding_agent",
         {
-            "command": ["sh", "-c", f"env > {marker}"],
             "agent": "scripted",
+            "prompt": f"$(env > {marker})",
             "working_dir": str(tmp_path),
             "session_id": "x",
             "task_queue": settings.task_queue,
@@ -367,18 +367,13 @@ def test_caller_verdicts() -> None:
 
 
 def test_carry_verdicts() -> None:
-    def verdict(run: RunRecord | None, **flags: bool) -> bool:
+    def verdict(run: RunRecord | None, continued: bool = True) -> bool:
         return carry_verdict(
-            run,
-            workflow_type="GatedSession",
-            task_queue="phasegate",
-            cron=flags.get("cron", False),
-            retry=flags.get("retry", False),
+            run, workflow_type="GatedSession", task_queue="phasegate", continued_as_new=continued
         ).trusted
 
     assert verdict(_run())
-    assert not verdict(_run(), cron=True)
-    assert not verdict(_run(), retry=True)
+    assert not verdict(_run(), continued=False)  # a first, cron or retried run
     assert not verdict(None)
     assert not verdict(_run("Launder"))
     assert not verdict(_run("Orchestration"))

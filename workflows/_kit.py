@@ -2,8 +2,9 @@
 
 Continue-as-new carry, trusted only from the workflow's own chain. A run handed
 ``carried`` state believes it only when the server says the run it continues is the
-same workflow type on phasegate's task queue (:mod:`phasegate.domain.provenance`),
-and the run is neither a cron nor a retry run (those re-use their starter's input).
+same workflow type on phasegate's task queue and that it started this run as its
+continue-as-new, not as a cron or retry run re-using a starter's input
+(:mod:`phasegate.domain.provenance`).
 The check is a local activity, so its answer is a marker in history and a foreign
 workflow can never ask for it. Until it answers, the run has no state and refuses
 every message with the retryable "still starting" refusal that clients retry.
@@ -21,7 +22,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.provenance import ProvenanceActivities
-    from phasegate.domain.provenance import CarryCheck, Provenance
+    from phasegate.domain.provenance import CarryCheck
 
 __all__ = ["CARRY_PROOF", "CarryGate"]
 
@@ -65,22 +66,13 @@ class CarryGate:
         carried, self._carried = self._carried, None
         if carried is None:
             return None
-        info = workflow.info()
-        if not info.continued_run_id:
-            verdict = Provenance(trusted=False, reason="the run continues no earlier run")
-        else:
-            verdict = await workflow.execute_local_activity_method(
-                ProvenanceActivities.check_carry,
-                CarryCheck(
-                    workflow_type=info.workflow_type,
-                    predecessor_run_id=info.continued_run_id,
-                    cron=bool(info.cron_schedule),
-                    retry=info.retry_policy is not None,
-                ),
-                start_to_close_timeout=timedelta(seconds=10),
-                retry_policy=_CHECK_RETRY,
-                summary="prove the carried state's origin",
-            )
+        verdict = await workflow.execute_local_activity_method(
+            ProvenanceActivities.check_carry,
+            CarryCheck(workflow_type=workflow.info().workflow_type),
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=_CHECK_RETRY,
+            summary="prove the carried state's origin",
+        )
         if not verdict.trusted:
             self.refusal = verdict.reason
             return None
