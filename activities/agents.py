@@ -10,7 +10,8 @@ the model with the validation error, up to :data:`OUTPUT_RETRIES` times.
 
 Workflow code calls :func:`run_llm_agent` and gets the validated output and the
 step's :class:`~phasegate.domain.agents.StepUsage`, or a non-retryable
-``ApplicationError`` that says which agent, which model and what to do. The worker
+``ApplicationError`` that says which agent, which model and what to do (an answer over
+``MAX_MODEL_RESPONSE_BYTES`` is ``agent_output_too_large``: a failed step). The worker
 registers the activities with ``plugins=[PydanticAIPlugin()]`` on a workflow class
 that lists :data:`LLM_AGENTS` in ``__pydantic_ai_agents__``, and calls
 :func:`configure_models` with ``settings.model_providers`` at start;
@@ -55,9 +56,11 @@ from pydantic_ai.exceptions import (
     UnexpectedModelBehavior,
     UserError,
 )
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelResolutionContext
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.models import Model, ModelRequestParameters, ModelResolutionContext
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -65,6 +68,8 @@ from temporalio.workflow import ActivityConfig
 
 from phasegate.activities._demo_model import DEMO_MODEL_ID, demo_model
 from phasegate.domain.agents import (
+    MAX_MODEL_RESPONSE_BYTES,
+    OUTPUT_TOO_LARGE,
     AgentOutput,
     AnalysisResult,
     PlannerDecision,
@@ -217,7 +222,34 @@ def _unknown_provider(model_id: str, providers: Mapping[str, object]) -> str:
 
 def _resolve(ctx: ModelResolutionContext[Any], model_id: str) -> Model:
     """Build the model a run names; called in the activity and in workflow code."""
-    return build_model(model_id, _AGENT_KEYS.get(ctx.agent.name or "", ""))
+    return _SizeBounded(build_model(model_id, _AGENT_KEYS.get(ctx.agent.name or "", "")))
+
+
+class _SizeBounded(WrapperModel):
+    """Measures each answer in the model-request activity: one over MAX_MODEL_RESPONSE_BYTES
+    fails the step (``agent_output_too_large``) saying how big it was, before Temporal's
+    payload limit (which an activity cannot read) refuses it without a word of why."""
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        size = len(ModelMessagesTypeAdapter.dump_json([response]))
+        if size > MAX_MODEL_RESPONSE_BYTES:  # the activity type names the agent
+            raise ApplicationError(_too_large(size), type=OUTPUT_TOO_LARGE, non_retryable=True)
+        return response
+
+
+def _too_large(size: int | None) -> str:
+    """Why an answer was refused for its size (the step fails; the planner may replan)."""
+    how_big = f"{size:,} bytes" if size is not None else "over the Temporal server's payload limit"
+    return (
+        f"the model's answer was {how_big}; an answer may be at most "
+        f"{MAX_MODEL_RESPONSE_BYTES:,} bytes (it must fit in a Temporal payload)"
+    )
 
 
 def _unconfigured(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -315,11 +347,15 @@ async def run_llm_agent(
     except ModelAPIError as exc:
         raise _model_error(agent, model, exc) from None
     except UserError as exc:  # raised in workflow code: the model id cannot be built
+        if _payload_too_large(exc):  # or Temporal refused the answer for its size
+            raise _failure(agent, model, _too_large(None), OUTPUT_TOO_LARGE, _SHORTER) from None
         raise _failure(
             agent, model, _first_line(exc), "model_unusable", check_hint(agent)
         ) from None
     except ActivityError as exc:  # a failure that is not the provider's answer
         cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == OUTPUT_TOO_LARGE:
+            raise _failure(agent, model, cause.message, OUTPUT_TOO_LARGE, _SHORTER) from None
         if isinstance(cause, ApplicationError) and cause.type == "UserError":
             # The worker could not build the model (a key not set): the message says what.
             raise _failure(
@@ -335,6 +371,21 @@ async def run_llm_agent(
     usage = result.usage
     return result.output, StepUsage(
         requests=usage.requests, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+    )
+
+
+_SHORTER = (
+    "the step failed and the planner may replan; ask for shorter answers (the agent's "
+    "prompt), lower the profile's max_agent_output_tokens, or pick another model"
+)
+
+
+def _payload_too_large(exc: UserError) -> bool:
+    """Whether pydantic-ai's UserError reports Temporal refusing a payload for its size."""
+    cause = getattr(exc.__cause__, "cause", None)  # UserError <- ActivityError <- this
+    return isinstance(cause, ApplicationError) and cause.type in (
+        "PayloadsTooLarge",
+        "PayloadSizeError",
     )
 
 

@@ -40,11 +40,13 @@ _FINISHED = ("completed", "abandoned")
 
 
 def echo(text: str) -> None:
-    print(text, flush=True)
+    """Write ``text`` to stdout, terminal-safe (agents' text may hold escape sequences)."""
+    print(render.terminal_safe(text), flush=True)
 
 
 def echo_err(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """Write ``text`` to stderr, terminal-safe (as :func:`echo`)."""
+    print(render.terminal_safe(text), file=sys.stderr, flush=True)
 
 
 def _abspath(value: str) -> str:

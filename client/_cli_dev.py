@@ -147,10 +147,13 @@ async def _run_worker(settings: Settings, srv: DevServer, db: str, stop: asyncio
     import concurrent.futures
     import logging
 
+    from phasegate.client._cli_render import TerminalSafeFormatter
     from phasegate.temporal import connect
     from phasegate.worker import MAIN_ACTIVITY_THREADS, build_worker
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(TerminalSafeFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     client = await connect(settings)
     with concurrent.futures.ThreadPoolExecutor(max_workers=MAIN_ACTIVITY_THREADS) as executor:
         async with build_worker(client, settings, executor=executor) as workers:

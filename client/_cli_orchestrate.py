@@ -180,8 +180,10 @@ async def run(ctx: Any) -> int:
     shipped = source.parent == PROFILES_DIR
     where = f"shipped library/profiles/{source.name}" if shipped else str(source)
     print(
-        f"orchestration {oid}: issue {issue.id}: {issue.title}\n"
-        f"profile {profile.name} ({where}); working in {profile.working_dir}\nweb UI: {url}",
+        render.terminal_safe(
+            f"orchestration {oid}: issue {issue.id}: {render.one_line(issue.title)}\n"
+            f"profile {profile.name} ({where}); working in {profile.working_dir}\nweb UI: {url}"
+        ),
         file=out,
         flush=True,
     )
@@ -289,7 +291,7 @@ class _Follower:
         self.printer = progress.printer_for(True)
 
     def say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(render.terminal_safe(text), file=self.out, flush=True)
 
     async def run(self) -> int:
         while True:
@@ -355,8 +357,8 @@ class _Follower:
                     who = names[0] if len(names) == 1 else "NAME"
                     self.say(
                         f"  session {child} phase {status.current_phase} "
-                        f"({status.current_phase_name}) waits for approval by "
-                        f"{', '.join(names) or 'an approver'}:\n"
+                        f"({render.one_line(status.current_phase_name)}) waits for approval by "
+                        f"{render.one_line(', '.join(names)) or 'an approver'}:\n"
                         f"    phasegate approve {child} --as {who} --comment 'plan looks right'"
                     )
         return waiting
@@ -379,7 +381,7 @@ class _Follower:
         self._emit(view)
         if view.status == "failed":
             cmd.echo_err(
-                f"error: orchestration {self.oid} failed: {view.failure} "
+                f"error: orchestration {self.oid} failed: {render.one_line(view.failure)} "
                 f"(hint: `phasegate plan show {self.oid}` shows the plan and history)"
             )
             return cmd.EXIT_ERROR

@@ -50,6 +50,7 @@ class ProgressPrinter:
         self._printed: dict[str, float] = {}
 
     def show(self, lines: list[str]) -> None:
+        lines = [render.one_line(line) for line in lines]  # they name checks and queues
         if self.tty:
             text = "; ".join(lines)
             if text != self._shown:

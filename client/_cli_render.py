@@ -7,6 +7,7 @@ function returns a string; the caller decides where it goes.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from phasegate.domain.spec import ParsedSpec
 
 __all__ = [
+    "TerminalSafeFormatter",
+    "one_line",
     "phase_count",
     "problem_line",
     "progress_line",
@@ -43,12 +46,61 @@ __all__ = [
     "render_task",
     "render_violation",
     "table",
+    "terminal_safe",
     "to_json",
     "ui_url",
     "waiting_lines",
 ]
 
 _BOX = {"todo": "[ ]", "done": "[x]", "in_progress": "[-]", "skipped": "[~]"}
+
+
+def _escape_table() -> dict[int, str]:
+    """What :func:`terminal_safe` writes instead of each character a terminal would obey."""
+    table = {c: f"\\x{c:02x}" for c in range(0x20) if chr(c) not in "\n\t"}
+    table[ord("\r")] = "\\r"
+    # DEL, C1 (U+0080-U+009F, e.g. U+009B is an 8-bit CSI) and the bidi overrides and
+    # isolates (U+202A-U+202E, U+2066-U+2069: text that reads differently than it is).
+    # JSON may carry these raw, so they become \uXXXX: valid JSON and Python alike.
+    for c in [0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]:
+        table[c] = f"\\u{c:04x}"
+    return table
+
+
+_ESCAPES = _escape_table()
+_NEWLINE = {ord("\n"): "\\n", ord("\t"): "\\t"}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every character a terminal would act on written as a visible escape.
+
+    What an agent controls (issue titles, phase and task names, comments, evidence,
+    problems, outputs) reaches a person's terminal through the CLI; an escape sequence
+    in it could erase or rewrite the lines around it (``Fix typo\\x1b[2K\\r APPROVED by
+    lead``). So C0 controls but newline and tab become ``\\x1b``-style escapes (a CRLF
+    line end is just a line end), DEL, C1 controls and bidi overrides become ``\\u009b``
+    escapes. Every other character, emoji included, stays as it is. Valid JSON stays
+    valid JSON with the same value (it can hold only the latter kind raw). The CLI's
+    output chokepoints (``echo``, ``echo_err``, the progress and follow printers, the
+    log formatter) apply it to everything they write.
+    """
+    if text.isascii() and text.isprintable():
+        return text  # the common case: nothing to escape
+    return text.replace("\r\n", "\n").translate(_ESCAPES)
+
+
+def one_line(text: object) -> str:
+    """A field that is one line by nature (a name, a title, a reason) kept to one line:
+    newline and tab are escaped too, so it cannot start a line that looks like the CLI's."""
+    return terminal_safe(str(text)).translate(_NEWLINE)
+
+
+class TerminalSafeFormatter(logging.Formatter):
+    """A log formatter whose lines are :func:`terminal_safe` (log records quote what
+    agents sent: reasons, outputs, evidence)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().format(record))
 
 
 def to_json(data: Any) -> str:
@@ -61,8 +113,11 @@ def to_json(data: Any) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> str:
-    """A plain left-aligned text table (the last column is not padded)."""
-    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
+    """A plain left-aligned text table (the last column is not padded; a cell is one line)."""
+    cells = [
+        [str(h) for h in headers],
+        *[["" if c is None else one_line(c) for c in r] for r in rows],
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for r in cells:
@@ -83,7 +138,7 @@ def _plural(n: int, word: str) -> str:
 def problem_line(p: Problem) -> str:
     """``field: message (expected …, got …)`` with the empty parts left out."""
     extra = [f"{k} {v}" for k, v in (("expected", p.expected), ("got", p.got)) if v]
-    return f"{p.field}: {p.message}" + (f" ({', '.join(extra)})" if extra else "")
+    return one_line(f"{p.field}: {p.message}" + (f" ({', '.join(extra)})" if extra else ""))
 
 
 def _problems(title: str, problems: Sequence[Problem]) -> list[str]:
@@ -93,7 +148,7 @@ def _problems(title: str, problems: Sequence[Problem]) -> list[str]:
 def _where(view: SessionView) -> str:
     """``phase 2 (3 of 5): Plan``: the phase number every command uses, then its place."""
     n = view.current_phase
-    return f"phase {n} ({n + 1} of {view.total_phases}): {view.current_phase_name}"
+    return f"phase {n} ({n + 1} of {view.total_phases}): {one_line(view.current_phase_name)}"
 
 
 def _abandon_entry(view: SessionView) -> Any:
@@ -107,10 +162,10 @@ def progress_line(view: SessionView, session_id: str = "ID") -> str:
         return f"completed — all {total} phases done"
     if view.status == "abandoned":
         entry = _abandon_entry(view)
-        by = f" by {entry.actor}" if entry and entry.actor else ""
-        why = f": {entry.detail}" if entry and entry.detail else ""
+        by = f" by {one_line(entry.actor)}" if entry and entry.actor else ""
+        why = f": {one_line(entry.detail)}" if entry and entry.detail else ""
         return f"abandoned at {_where(view)}{by}{why}"
-    approvers = ", ".join(view.awaiting_approval_from) or "an approver"
+    approvers = one_line(", ".join(view.awaiting_approval_from)) or "an approver"
     state = {
         "active": "awaiting checkpoint evidence",
         "awaiting_approval": f"awaiting approval by {approvers}",
@@ -135,8 +190,8 @@ def _audit(session_id: str, view: SessionView) -> list[str]:
     )
     lines = [head]
     for a in shown:
-        who = f" by {a.actor}" if a.actor else ""
-        why = f": {a.detail}" if a.detail else ""
+        who = f" by {one_line(a.actor)}" if a.actor else ""
+        why = f": {one_line(a.detail)}" if a.detail else ""
         when = a.at.astimezone()  # local time, as the other timestamps a person reads
         lines.append(f"  {when:%Y-%m-%d %H:%M:%S} phase {a.phase} {a.action}{who}{why}")
     if total > len(shown):
@@ -145,26 +200,30 @@ def _audit(session_id: str, view: SessionView) -> list[str]:
 
 
 def render_status(session_id: str, view: SessionView) -> str:
-    title = view.name or view.workflow_type
-    lines = [f"{session_id} · {title} [{view.workflow_type}] on {view.target or '-'}"]
-    lines.append(progress_line(view, session_id))
+    title = one_line(view.name or view.workflow_type)
+    head = f"{session_id} · {title} [{view.workflow_type}] on {view.target or '-'}"
+    lines = [one_line(head), progress_line(view, session_id)]
     for cp in view.completed_phases:
-        label = f" (spec {cp.label})" if cp.label and cp.label != str(cp.phase) else ""
-        lines.append(f"  ✓ {cp.phase} {cp.name}{label} — {_plural(cp.attempts, 'attempt')}")
+        label = f" (spec {one_line(cp.label)})" if cp.label and cp.label != str(cp.phase) else ""
+        lines.append(
+            f"  ✓ {cp.phase} {one_line(cp.name)}{label} — {_plural(cp.attempts, 'attempt')}"
+        )
     if view.status not in ("completed", "abandoned"):
         lines.append(
-            f"  ▸ {view.current_phase} {view.current_phase_name} — "
+            f"  ▸ {view.current_phase} {one_line(view.current_phase_name)} — "
             f"{_plural(view.attempts, 'attempt')} so far"
         )
     lines += _problems("last problems:", view.last_problems)
     if view.feedback:
-        lines.append(f"reviewer feedback: {view.feedback}")
+        lines.append(f"reviewer feedback: {one_line(view.feedback)}")
     for a in view.approvals[-3:]:
         verb = "approved" if a.decision == "approve" else "rejected"
-        note = f": {a.comment}" if a.comment else ""
-        lines.append(f"{verb} phase {a.phase} by {a.approver}{note}")
+        note = f": {one_line(a.comment)}" if a.comment else ""
+        lines.append(f"{verb} phase {a.phase} by {one_line(a.approver)}{note}")
     if view.last_signal_error:
-        lines.append(f"a checkpoint sent without waiting was refused: {view.last_signal_error}")
+        lines.append(
+            f"a checkpoint sent without waiting was refused: {one_line(view.last_signal_error)}"
+        )
     lines += _audit(session_id, view)
     if len(view.run_chain) > 1:
         lines.append(f"runs (continue-as-new): {len(view.run_chain)}, first {view.run_chain[0]}")
@@ -237,13 +296,13 @@ def _tasks(tasks: Sequence[TaskSummary]) -> list[str]:
     for t in tasks:
         opt = " (optional)" if t.optional else ""
         tid = f"{t.id} " if t.id and t.id != str(t.number) else ""
-        lines.append(f"  {_BOX.get(t.status, '[?]')} {t.number}. {tid}{t.name}{opt}")
+        lines.append(f"  {_BOX.get(t.status, '[?]')} {t.number}. {one_line(tid + t.name)}{opt}")
     return lines
 
 
 def _heading(phase: int, label: str, name: str) -> str:
-    written = f" (written as {label})" if label and label != str(phase) else ""
-    return f"Phase {phase}{written}: {name}"
+    written = f" (written as {one_line(label)})" if label and label != str(phase) else ""
+    return f"Phase {phase}{written}: {one_line(name)}"
 
 
 def render_phase(view: PhaseView) -> str:
@@ -271,9 +330,11 @@ def render_phase(view: PhaseView) -> str:
     else:
         lines.append("Gate evidence: none required")
     if gate.requires_approval:
-        lines.append(f"Requires approval by: {', '.join(gate.approvers) or 'any approver'}")
+        lines.append(
+            f"Requires approval by: {one_line(', '.join(gate.approvers)) or 'any approver'}"
+        )
     for key, art in view.artifacts.items():
-        by = f", approved by {art.approved_by}" if art.approved_by else ""
+        by = f", approved by {one_line(art.approved_by)}" if art.approved_by else ""
         lines.append(f"Artifact {key} (attempt {art.attempt}{by}): {json.dumps(art.evidence)}")
     if view.context:
         lines.append(f"Context: {_plural(len(view.context), 'item')} (see --json)")
@@ -283,12 +344,14 @@ def render_phase(view: PhaseView) -> str:
 def render_task(view: TaskView) -> str:
     t = view.task
     tid = f" {t.id}" if t.id and t.id != str(t.number) else ""
-    head = f"Phase {view.phase} · task {t.number}{tid}: {t.name}  {_BOX.get(t.status, '[?]')}"
+    name = one_line(f"{tid}: {t.name}")
+    head = f"Phase {view.phase} · task {t.number}{name}  {_BOX.get(t.status, '[?]')}"
     return f"{head}\n\n{view.content.rstrip()}"
 
 
 def render_violation(session_id: str, v: SequenceViolation) -> str:
-    return f"{v.message} (hint: `phasegate phase {session_id}` shows phase {v.current_phase})"
+    hint = f"`phasegate phase {session_id}` shows phase {v.current_phase}"
+    return f"{one_line(v.message)} (hint: {hint})"
 
 
 def _next_phase(p: PhaseContent) -> list[str]:
@@ -354,22 +417,24 @@ def render_listings(rows: Sequence[SessionListing], *, failed: bool = False) -> 
     text = table(("SESSION", "WORKFLOW", "STATUS", "PHASE", "STARTED"), out)
     if not failed:
         return text
-    reasons = [f"  {s.session_id}: {s.reason}" for s in rows if s.reason]
+    reasons = [f"  {s.session_id}: {one_line(s.reason)}" for s in rows if s.reason]
     return "\n".join([text, *(["why:", *reasons] if reasons else [])])
 
 
 def render_spec(spec: ParsedSpec) -> str:
-    title = f" — {spec.title}" if spec.title else ""
+    title = f" — {one_line(spec.title)}" if spec.title else ""
     head = (
         f"{spec.source}{title}: {_plural(len(spec.phases), 'phase')}, "
         f"{_plural(spec.task_count, 'task')}"
     )
     lines = [head]
     for ph in spec.phases:
-        est = f" [{ph.estimated_duration}]" if ph.estimated_duration else ""
+        est = f" [{one_line(ph.estimated_duration)}]" if ph.estimated_duration else ""
         written = ph.written_number
-        as_written = f" (written as {written})" if written and written != str(ph.number) else ""
-        lines.append(f"Phase {ph.number}{as_written}: {ph.name}  (line {ph.line}){est}")
+        as_written = (
+            f" (written as {one_line(written)})" if written and written != str(ph.number) else ""
+        )
+        lines.append(f"Phase {ph.number}{as_written}: {one_line(ph.name)}  (line {ph.line}){est}")
         for t in ph.tasks:
             marks = "".join(
                 [
@@ -378,15 +443,15 @@ def render_spec(spec: ParsedSpec) -> str:
                     " (optional)" if t.optional else "",
                 ]
             )
-            lines.append(f"  {_BOX.get(t.status, '[?]')} {t.id}  {t.name}{marks}")
+            lines.append(f"  {_BOX.get(t.status, '[?]')} {one_line(f'{t.id}  {t.name}{marks}')}")
         if not ph.tasks:
             lines.append("  (no tasks)")
         if ph.validation_gate:
             lines.append("  validation gate:")
-            lines += [f"    - {item}" for item in ph.validation_gate]
+            lines += [f"    - {one_line(item)}" for item in ph.validation_gate]
     if spec.warnings:
         lines.append("warnings:")
-        lines += [f"  {spec.source}:{w.line}: {w.message}" for w in spec.warnings]
+        lines += [f"  {spec.source}:{w.line}: {one_line(w.message)}" for w in spec.warnings]
     return "\n".join(lines)
 
 
@@ -405,7 +470,8 @@ def render_library(workflows: Sequence[WorkflowDir]) -> str:
 
 
 def render_check(directory: str, report: CheckReport) -> str:
-    lines = [f"error: {e}" for e in report.errors] + [f"warning: {w}" for w in report.warnings]
+    lines = [f"error: {one_line(e)}" for e in report.errors]
+    lines += [f"warning: {one_line(w)}" for w in report.warnings]
     verdict = "FAILED" if report.errors else "ok"
     lines.append(
         f"{directory}: {verdict} — {_plural(len(report.workflows), 'workflow')}"

@@ -40,7 +40,7 @@ def entry_line(e: HistoryEntry, *, limit: int = 400) -> str:
         "failed": "✗ failed",
     }.get(e.kind, e.kind.replace("_", " "))
     detail = e.detail if len(e.detail) <= limit else e.detail[: limit - 1] + "…"
-    return f"[{when}] {head}: {detail}" if detail else f"[{when}] {head}"
+    return render.one_line(f"[{when}] {head}: {detail}" if detail else f"[{when}] {head}")
 
 
 def _approver_arg(view: OrchestrationView) -> str:
@@ -55,8 +55,9 @@ def gate_lines(view: OrchestrationView) -> list[str]:
         return []
     oid, who = view.orchestration_id, _approver_arg(view)
     return [
-        f"waiting for a person: gate {gate.gate} ({gate.kind} of {gate.agent}): {gate.reason}",
-        f"  approvers: {', '.join(view.approvers)}",
+        f"waiting for a person: gate {gate.gate} ({gate.kind} of {gate.agent}): "
+        + render.one_line(gate.reason),
+        f"  approvers: {render.one_line(', '.join(view.approvers))}",
         f"  approve: phasegate orchestrate approve {oid} --as {who} --comment 'looks right'",
         f"  reject:  phasegate orchestrate approve {oid} --as {who} --reject --comment WHY",
     ]
@@ -64,6 +65,10 @@ def gate_lines(view: OrchestrationView) -> list[str]:
 
 def output_summary(o: OutputRecord) -> str:
     """One line of what an output says."""
+    return render.one_line(_summary(o))
+
+
+def _summary(o: OutputRecord) -> str:
     d = o.output
     if not d:
         return f"(kept in {o.ref})" if o.ref else "(compacted)"
@@ -95,10 +100,11 @@ def _conf(d: dict[str, Any]) -> str:
 def render_plan(view: OrchestrationView, history: list[HistoryEntry], *, tail: int) -> str:
     """``plan show``: the plan with the current step marked, outputs, usage, history."""
     plan, issue = view.plan, view.issue
-    lines = [f"{view.orchestration_id} · issue {issue.id}: {issue.title} — {view.status}"]
+    one = render.one_line
+    lines = [f"{view.orchestration_id} · issue {issue.id}: {one(issue.title)} — {view.status}"]
     if plan.steps:
         scope = plan.scope or "?"
-        lines.append(f"plan ({plan.mode}, scope {scope}): {plan.reasoning[:300]}")
+        lines.append(f"plan ({plan.mode}, scope {scope}): {one(plan.reasoning[:300])}")
         for s in plan.steps:
             mark = "▶" if s.index == plan.current and view.status not in _FINISHED else " "
             mark = "✓" if s.status == "done" else ("✗" if s.status == "failed" else mark)
@@ -107,17 +113,17 @@ def render_plan(view: OrchestrationView, history: list[HistoryEntry], *, tail: i
             lines.append(
                 f"  {mark} {s.index} {s.agent:<9} [{s.status}] "
                 + " ".join(x for x in extra if x)
-                + (f"  {s.reason[:100]}" if s.reason else "")
+                + (f"  {one(s.reason[:100])}" if s.reason else "")
             )
     else:
         lines.append("plan: not made yet")
     lines += gate_lines(view)
     if view.last_decision:
-        lines.append(f"last decision: {view.last_decision}")
+        lines.append(f"last decision: {one(view.last_decision)}")
     if plan.replanned_count:
-        lines.append(f"replans: {plan.replanned_count} (latest: {plan.replan_reason})")
+        lines.append(f"replans: {plan.replanned_count} (latest: {one(plan.replan_reason)})")
     if view.pending_replan:
-        lines.append(f"replan pending: {view.pending_replan}")
+        lines.append(f"replan pending: {one(view.pending_replan)}")
     if view.outputs:
         rows = [(o.key, o.model or "-", _usage(o), output_summary(o)[:160]) for o in view.outputs]
         lines += ["outputs:", render.table(("KEY", "MODEL", "USAGE", "SAYS"), rows, indent="  ")]
@@ -126,7 +132,7 @@ def render_plan(view: OrchestrationView, history: list[HistoryEntry], *, tail: i
         f"usage: {u.requests} model requests, {u.input_tokens} in / {u.output_tokens} out tokens"
     )
     if view.failure:
-        lines.append(f"failed: {view.failure}")
+        lines.append(f"failed: {one(view.failure)}")
     if history and tail:
         shown = history[-tail:]
         head = "history:" if len(shown) == len(history) else f"history (latest {len(shown)}):"

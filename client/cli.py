@@ -23,7 +23,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from phasegate.client import _cli_commands as cmd
 from phasegate.client import _cli_dev as dev
@@ -69,6 +69,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"error: {message}\n")
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # Usage errors quote the arguments given (an id pasted from an agent's output).
+        from phasegate.client._cli_render import terminal_safe
+
+        super()._print_message(terminal_safe(message) if message else message, file)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -358,9 +364,12 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
     import logging
 
+    from phasegate.client._cli_render import TerminalSafeFormatter
     from phasegate.worker import run_worker
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     updates = {"metrics_port": args.metrics_port, "verify_concurrency": args.verify_concurrency}
     settings = settings.model_copy(update={k: v for k, v in updates.items() if v is not None})
     args.temporal = True

@@ -89,12 +89,22 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _bindable(port: int) -> bool:
+    """Whether the dev server could listen on ``127.0.0.1:port`` now.
+
+    With ``SO_REUSEADDR``, as the server's own listener binds (Go sets it on Unix): the
+    connections of a server that just crashed linger in TIME_WAIT for a minute and must
+    not make its port look taken (Linux still refuses the bind while anything listens).
+    Windows reads ``SO_REUSEADDR`` as "share a listening port", so there the probe binds
+    without it; and a listener found by connecting means taken everywhere.
+    """
     with socket.socket() as s:
+        if os.name != "nt":
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
             return False
-    return True
+    return not port_open(port)
 
 
 def choose_port(wanted: int | None, default: int, flag: str) -> int:

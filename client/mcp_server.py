@@ -443,10 +443,10 @@ def _serve(server: MCPServer, port: int | None) -> int:
             _leave_on_signal()
             anyio.run(server.run_stdio_async)  # returns when the client closes stdin
         else:
+            from phasegate.client._mcp_http import serve_http
+
             print(f"phasegate MCP server on http://127.0.0.1:{port}/mcp", file=sys.stderr)
-            anyio.run(
-                functools.partial(server.run_streamable_http_async, host="127.0.0.1", port=port)
-            )
+            anyio.run(functools.partial(serve_http, server, port))
     except KeyboardInterrupt:
         return 0
     except SystemExit as exc:  # uvicorn exits when it cannot bind the port

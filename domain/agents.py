@@ -25,7 +25,9 @@ __all__ = [
     "AGENTS",
     "DEFAULT_PLANNER_MODEL",
     "MAX_ISSUE_BODY_CHARS",
+    "MAX_MODEL_RESPONSE_BYTES",
     "MAX_PLAN_STEPS",
+    "OUTPUT_TOO_LARGE",
     "STEP_AGENTS",
     "AgentName",
     "AgentOutput",
@@ -55,6 +57,13 @@ MAX_ISSUE_BODY_CHARS = 32_000
 MAX_OUTPUT_TEXT = 16_000  # one text field of a model output (about 4,000 tokens)
 MAX_SHORT_TEXT = 1_000
 MAX_ITEMS = 32
+# One model answer as the model-request activity returns it (JSON). Every field of an
+# output is bounded, but 32 comments of 16,000 characters, each escaped to six bytes
+# (\u0000), still make 3 MB: over Temporal's payload limit (2 MB by default, 1.5 MiB on
+# the dev server). The largest answer in two-byte characters (about 1.03 MB) fits. A
+# larger answer fails its step (the planner may replan) with code OUTPUT_TOO_LARGE.
+MAX_MODEL_RESPONSE_BYTES = 1_400_000
+OUTPUT_TOO_LARGE = "agent_output_too_large"
 
 _ISSUE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._#/-]{0,127}")
 

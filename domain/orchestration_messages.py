@@ -14,8 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from phasegate.domain.agents import Issue, Profile, Scope, StepAgent, StepUsage
-from phasegate.domain.limits import MAX_TEXT_CHARS, Name
+from phasegate.domain.limits import MAX_TEXT_CHARS
 from phasegate.domain.signing import ApproverKey
+from phasegate.domain.trust import ActorName
 
 __all__ = [
     "AwaitingDecision",
@@ -163,7 +164,7 @@ class OrchestrationDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gate: int = Field(ge=0, le=1_000_000)
-    approver: Name
+    approver: ActorName
     decision: Literal["approve", "reject"]
     comment: str = Field("", max_length=MAX_TEXT_CHARS)
     nonce: str | None = Field(None, max_length=64)
@@ -181,7 +182,7 @@ class ReplanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
-    requested_by: Name
+    requested_by: ActorName
     nonce: str | None = Field(None, max_length=64)
     signature: str | None = Field(None, max_length=128)
 

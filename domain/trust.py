@@ -15,17 +15,70 @@ options can only narrow them:
 - ``options.approvers`` narrows each gate's allowlist (see
   :func:`allowed_approvers`), never replaces it.
 
+And who may act at all: :func:`reserved_actor` is the one rule that keeps anyone
+(a person, or an agent with a client) from approving, controlling or asking for a
+replan under the names of phasegate's own entries, on every worker, signed or not;
+message models type their sender :data:`ActorName`, and a session binds no key (which
+signs as its name) that takes such a name.
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Sequence
+from typing import Annotated, Final
+
+from pydantic import AfterValidator
 
 from phasegate.domain.errors import SessionError
+from phasegate.domain.limits import RESERVED_PREFIX, Name
 from phasegate.domain.signing import ApproverKey, fingerprint
 
-__all__ = ["allowed_approvers", "narrowed_to_nobody", "session_keys"]
+__all__ = [
+    "SYSTEM_ACTOR",
+    "ActorName",
+    "allowed_approvers",
+    "narrowed_to_nobody",
+    "reserved_actor",
+    "session_keys",
+]
+
+SYSTEM_ACTOR: Final = "phasegate"
+"""The actor of the entries phasegate writes itself (a failed step asking for a replan)."""
+_AGENT_KEY = re.compile(r"(planner|analyst|architect|developer|reviewer)_\d+")
+
+
+def reserved_actor(name: str) -> str | None:
+    """Why ``name`` may not act (approve, control, ask for a replan), or None.
+
+    History and audit entries name phasegate's own actors; no message may be read as
+    one of them. Reserved, compared as people read them (NFKC, case and surrounding
+    spaces ignored): ``phasegate`` itself (:data:`SYSTEM_ACTOR`), every ``phasegate:``
+    name (``phasegate:deadline`` rejects an overdue approval), and the orchestration's
+    agent outputs, which ask for replans themselves (``reviewer_0``, ``analyst_2``).
+    """
+    seen = unicodedata.normalize("NFKC", name).strip().casefold()
+    if seen == SYSTEM_ACTOR or seen.startswith(RESERVED_PREFIX) or _AGENT_KEY.fullmatch(seen):
+        return (
+            f"{name!r} is reserved for phasegate's own entries in history and audit "
+            "(phasegate, phasegate:..., agent outputs like reviewer_0); name yourself "
+            "(--as NAME, or a key named after you)"
+        )
+    return None
+
+
+def _not_reserved(name: str) -> str:
+    problem = reserved_actor(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
+ActorName = Annotated[Name, AfterValidator(_not_reserved)]
+"""Who sends a message (approver, actor, requested_by): a name, never a reserved one."""
 
 
 def session_keys(
@@ -42,8 +95,16 @@ def session_keys(
         unsigned_allowed: Whether the deployment accepts name-only approvals.
 
     Raises:
-        SessionError: the starter's keys would widen who may approve.
+        SessionError: the starter's keys would widen who may approve, or a key takes a
+            reserved name (:func:`reserved_actor`).
     """
+    for key in [*bound, *(named or [])]:  # a key signs as its name
+        problem = reserved_actor(key.name)
+        if problem:
+            return _refuse(
+                f"approver key {key.name!r} ({fingerprint(key.public_key)}): {problem}",
+                hint="name the key after the person who holds it (phasegate keys new NAME)",
+            )
     bound = list(dict.fromkeys(bound))
     if not named:
         return bound
