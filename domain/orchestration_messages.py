@@ -113,15 +113,17 @@ class AwaitingDecision(BaseModel):
 class OrchestrationCarry(BaseModel):
     """What a replan carries into the next run (continue-as-new)."""
 
-    first_run_id: str
-    replanned_count: int
-    replan_reason: str
-    outputs: list[OutputRecord] = Field(default_factory=list)
-    history: list[HistoryEntry] = Field(default_factory=list)
-    history_dropped: int = 0
-    review_passes: int = 0
-    gate_seq: int = 0
-    used_nonces: list[str] = Field(default_factory=list)
+    # Bounded, though only the orchestration's own replan writes it (workflows._kit
+    # checks that with the server): a carry is never a way around a limit.
+    first_run_id: str = Field(max_length=128)
+    replanned_count: int = Field(ge=0, le=10)  # Profile.max_replans <= 10
+    replan_reason: str = Field(max_length=64 * 1024)
+    outputs: list[OutputRecord] = Field(default_factory=list, max_length=1000)
+    history: list[HistoryEntry] = Field(default_factory=list, max_length=5000)
+    history_dropped: int = Field(0, ge=0)
+    review_passes: int = Field(0, ge=0, le=100)
+    gate_seq: int = Field(0, ge=0, le=1_000_000)
+    used_nonces: list[str] = Field(default_factory=list, max_length=10_000)
     usage: StepUsage = Field(default_factory=StepUsage)
     scope: Scope | None = None
     child_sessions: list[str] = Field(default_factory=list)
