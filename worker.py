@@ -48,6 +48,7 @@ from phasegate.domain.errors import PhasegateError
 from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
 from phasegate.domain.settings import Settings, verify_task_queue
 from phasegate.domain.signing import ApproverKey
+from phasegate.domain.trust import reserved_actor
 from phasegate.temporal import connect, load_settings, metrics_runtime, shutdown_tracing
 from phasegate.workflows import GatedSession, Orchestration
 
@@ -96,7 +97,7 @@ def load_approver_keys(
         items = [data] if isinstance(data, dict) else data
         if not isinstance(items, list):
             raise TypeError(f"expected a list or an object, got {type(data).__name__}")
-        return [ApproverKey.model_validate(item) for item in items]
+        keys = [ApproverKey.model_validate(item) for item in items]
     except (ValueError, TypeError) as exc:
         raise PhasegateError(
             f"cannot load keys: {str(exc).splitlines()[0]}",
@@ -104,6 +105,12 @@ def load_approver_keys(
             hint="a JSON list of {name, public_key} or one such object "
             "(phasegate keys export NAME prints one)",
         ) from None
+    for key in keys:  # a key signs as its name: never one of phasegate's own actors
+        if reason := reserved_actor(key.name):
+            raise PhasegateError(
+                reason, where=where, hint="rename the key (phasegate keys new NAME) and export it"
+            )
+    return keys
 
 
 class PhasegateWorkers:

@@ -166,7 +166,9 @@ async def status(ctx: _Ctx) -> int:
     view = await progress.wait_with_progress(
         pg, sid, pg.status(sid), printer=progress.printer_for(True)
     )
-    others = await pg.other_runs(ctx.args.session_id, view.run_chain) if view.run_chain else []
+    # The run chain and any other run under the id come from the server's records.
+    view = view.model_copy(update={"run_chain": await pg.run_chain(sid)})
+    others = await pg.other_runs(sid, view.run_chain)
     text = "\n".join(
         [render.render_status(ctx.args.session_id, view), *render.render_other_runs(others)]
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
@@ -325,6 +326,32 @@ class PhasegateClient(BaseClient):
             return await handle.result()
         except (WorkflowFailureError, RPCError) as exc:
             raise phasegate_error(exc) from None
+
+    async def run_chain(self, session_id: str, limit: int = 25) -> list[str]:
+        """The session's runs as the **server** records them, first to latest (at most
+        ``limit``, the latest kept): each run's start event names the run it continues.
+        Unlike ``status().run_chain`` it does not rest on anything the runs carried."""
+        try:
+            run_id = (await self.handle(session_id).describe()).run_id
+            chain = [run_id]
+            while len(chain) < limit:
+                handle = self.temporal.get_workflow_handle(session_id, run_id=run_id)
+                started = None
+                async for event in handle.fetch_history_events(page_size=1):
+                    started = event.workflow_execution_started_event_attributes
+                    break
+                continued = (
+                    started is not None
+                    and started.initiator
+                    == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW
+                )
+                if not continued or not started or not started.continued_execution_run_id:
+                    break
+                run_id = started.continued_execution_run_id
+                chain.append(run_id)
+        except RPCError as exc:
+            raise phasegate_error(exc) from None
+        return chain[::-1]
 
     async def other_runs(self, session_id: str, chain: list[str]) -> list[SessionListing]:
         """Executions under ``session_id`` that are not in its run ``chain``: an id that was

@@ -3,7 +3,8 @@
 Evaluation order: schema fields in file order (required, type, enum, min, max,
 min_length, max_length, pattern, validator), then rules in file order. A missing
 (or null) required field and a wrong type always block; the other checks block
-when ``strict`` and are warnings otherwise. ``pattern`` uses :func:`re.search`.
+when ``strict`` and are warnings otherwise. ``pattern`` uses :func:`re.search`, on at
+most :data:`MAX_PATTERN_TEXT` characters (longer values fail the rule).
 The gate models and their loading are in :mod:`phasegate.domain.gates`.
 """
 
@@ -30,6 +31,9 @@ from phasegate.domain.gates import (
 )
 
 __all__ = ["evaluate_gate"]
+
+MAX_PATTERN_TEXT = 4096
+"""Characters a ``pattern`` is matched against (``re.search`` can be quadratic)."""
 
 _TYPE_WORDS = {"boolean": "boolean (true/false)", "integer": "whole number",
                "number": "finite number", "string": "string", "list": "list",
@@ -109,7 +113,16 @@ def _check_field(
     if spec.max_length is not None and size > spec.max_length:
         n = spec.max_length
         fail("max_length", f"length <= {n}", f"must have at most {n} {unit} (has {size})")
-    if spec.pattern is not None and not re.search(spec.pattern, value):
+    if spec.pattern is not None and len(value) > MAX_PATTERN_TEXT:
+        # re.search is quadratic in the text for patterns like \d+ x: bounded, so a gate
+        # check stays far under the workflow task's 2 s deadline whatever is sent.
+        fail(
+            "pattern",
+            f"matches /{spec.pattern}/",
+            f"is {len(value):,} characters; a pattern is matched against at most "
+            f"{MAX_PATTERN_TEXT:,}: submit the line that matters (e.g. the test summary)",
+        )
+    elif spec.pattern is not None and not re.search(spec.pattern, value):
         fail("pattern", f"matches /{spec.pattern}/", f"must match the pattern /{spec.pattern}/")
     if spec.validator:
         vname = spec.validator

@@ -23,7 +23,6 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "RESERVED_PREFIX",
     "Name",
-    "is_reserved",
 ]
 
 DEFAULT_MAX_EVIDENCE_BYTES = 256 * 1024  # Temporal warns on payloads above 256 KB
@@ -46,11 +45,6 @@ def _printable(name: str) -> str:
     if bad:
         raise ValueError(f"names may not contain control or invisible characters ({bad[0]!r})")
     return name
-
-
-def is_reserved(name: str) -> bool:
-    """Whether ``name`` claims to be phasegate itself (compared as people would read it)."""
-    return unicodedata.normalize("NFKC", name).strip().lower().startswith(RESERVED_PREFIX)
 
 
 Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS), AfterValidator(_printable)]

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from phasegate.domain.errors import ApprovalRefused, SessionError
-from phasegate.domain.limits import is_reserved
 from phasegate.domain.messages import ApprovalDecision, ApprovalRecord, AuditEntry, NotifyRequest
 from phasegate.domain.signing import check_signed_decision
+from phasegate.domain.trust import reserved_actor
 
 if TYPE_CHECKING:
     from phasegate.domain.session import SessionState
@@ -72,9 +72,9 @@ def check_decision(
         )
     if not decision.approver.strip():
         return ApprovalRefused("an approval must name its approver", where="approver")
-    if is_reserved(decision.approver):
+    if reason := reserved_actor(decision.approver):
         return ApprovalRefused(
-            f"{decision.approver!r} is reserved for phasegate's own decisions",
+            reason,
             where="approver",
             hint="approve under your own name: phasegate approve SESSION --as NAME",
         )

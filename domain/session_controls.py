@@ -24,9 +24,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from phasegate.domain.errors import PhaseSequenceViolation, SessionError, SessionNotActive
-from phasegate.domain.limits import RESERVED_PREFIX, is_reserved
+from phasegate.domain.limits import RESERVED_PREFIX
 from phasegate.domain.messages import AuditEntry, ControlRequest
 from phasegate.domain.signing import ApproverKey, check_signed_control
+from phasegate.domain.trust import reserved_actor
 
 if TYPE_CHECKING:
     from phasegate.domain.session import SessionState
@@ -58,12 +59,8 @@ def _check_actor(state: SessionState, req: ControlRequest, session_id: str) -> S
             where="actor",
             hint=f"phasegate control {session_id or 'SESSION'} {req.action} --as NAME",
         )
-    if is_reserved(req.actor):
-        return SessionError(
-            f"actor {req.actor!r} is reserved for phasegate's own entries",
-            where="actor",
-            hint="name yourself: --as NAME",
-        )
+    if reason := reserved_actor(req.actor):
+        return SessionError(reason, where="actor", hint="name yourself: --as NAME")
     keys = control_keys(state)
     if keys:
         reason = check_signed_control(

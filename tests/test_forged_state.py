@@ -59,6 +59,9 @@ async def test_continue_as_new_still_carries_state(session_env, tmp_path):
     assert (await pg.handle(sid).describe()).run_id != first
     status = await pg.status(sid)
     assert status.status == "active" and status.current_phase == 0
+    # The chain `phasegate status` shows is the server's, and agrees with the carried one.
+    chain = await pg.run_chain(sid)
+    assert chain[0] == first and len(chain) >= 2 and chain == status.run_chain
 
 
 async def test_a_cron_start_cannot_smuggle_carried_state_into_its_next_run(session_env, tmp_path):

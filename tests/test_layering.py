@@ -1,10 +1,12 @@
 """The house rules of ARCHITECTURE.md, checked on the source: domain/ stays pure, no
 import cycles between phasegate modules, workflows call activities by the function,
-and modules stay small."""
+and modules and functions stay a readable size (measured after formatting)."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("domain", "activities", "workflows", "client", "testing")
 TOP_MODULES = ("__init__.py", "temporal.py", "worker.py")
-MAX_LINES = 530  # "a few hundred lines; split by concern before ~500"
+# Sizes measured so that squeezing code onto fewer lines does not help: a module as
+# ruff formats it with its `# fmt: skip` marks removed, and a function's lines.
+MAX_FORMATTED_LINES = 600
+MAX_FUNCTION_LINES = 100
+LONG_FUNCTIONS = {  # data that reads best whole; named, so a new one is a decision
+    "phasegate.client.cli.build_parser",  # the CLI's whole argument table
+}
 
 
 def _sources() -> Iterator[tuple[str, Path]]:
@@ -136,11 +144,39 @@ def test_workflows_call_activities_by_function() -> None:
                 )
 
 
+def _formatted_lines(path: Path) -> int:
+    """Lines of the module as ruff formats it with every ``# fmt: skip`` removed: what
+    squeezing lines onto one cannot shrink."""
+    text = path.read_text(encoding="utf-8").replace("  # fmt: skip", "")
+    ruff = Path(sys.executable).with_name("ruff")
+    done = subprocess.run(
+        [str(ruff), "format", "--stdin-filename", str(path), "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return len(done.stdout.splitlines())
+
+
 @pytest.mark.parametrize(
     "path",
     [p for p in MODULES.values()] + sorted((ROOT / "tests").glob("*.py")),
     ids=lambda p: str(p.relative_to(ROOT)),
 )
-def test_modules_stay_small(path: Path) -> None:
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines; split it by concern"
+def test_modules_stay_cohesive(path: Path) -> None:
+    lines = _formatted_lines(path)
+    assert lines <= MAX_FORMATTED_LINES, (
+        f"{path.relative_to(ROOT)} has {lines} lines as formatted; split it by concern"
+    )
+
+
+def test_functions_stay_short() -> None:
+    long: list[str] = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > MAX_FUNCTION_LINES and f"{module}.{node.name}" not in LONG_FUNCTIONS:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({size})")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: " + ", ".join(long)
