@@ -23,7 +23,7 @@ from phasegate.activities.library import (
 from phasegate.activities.templates import LEGACY_PLACEHOLDERS, Renderer
 from phasegate.domain.errors import DefinitionError, TemplateNotFound
 from phasegate.domain.library import LibraryIssue, phase_overview
-from phasegate.domain.messages import PhaseDefinition, RenderedTask
+from phasegate.domain.session.messages import PhaseDefinition, RenderedTask
 
 __all__ = ["phase_context", "render_static_phase", "task_context"]
 

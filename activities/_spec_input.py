@@ -32,7 +32,7 @@ from phasegate.activities.snapshots import SnapshotStore
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.gate_fallback import checklist_fields
 from phasegate.domain.gates import FieldSpec, GateDefinition, GateRule
-from phasegate.domain.messages import PhaseDefinition
+from phasegate.domain.session.messages import PhaseDefinition
 from phasegate.domain.spec import ParsedSpec, SpecPhase
 
 __all__ = [

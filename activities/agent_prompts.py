@@ -4,7 +4,7 @@ Each agent has one prompt file, ``agents/<agent>.md`` in a library: YAML front m
 with its context strategy, then a Jinja2 body, the instructions (system prompt)::
 
     ---
-    context: [issue, outputs, replan_request, plan]   # sections it sees (domain.agent_context)
+    context: [issue, outputs, replan_request, plan]   # sections it sees (domain.orchestration.context)
     description: optional, for people
     ---
     You are the planner ... {{ issue.title }} ...
@@ -49,7 +49,9 @@ from temporalio import activity
 import phasegate.activities._safe_read as safe_read
 from phasegate import SHIPPED_LIBRARY
 from phasegate.activities.rag import Retriever
-from phasegate.domain.agent_context import (
+from phasegate.domain.errors import DefinitionError, PhasegateError, TemplateNotFound
+from phasegate.domain.orchestration.agents import AGENTS, AgentName, Issue, PlanStep
+from phasegate.domain.orchestration.context import (
     MAX_PROMPT_BYTES,
     AgentPrompt,
     AgentPromptRequest,
@@ -60,8 +62,6 @@ from phasegate.domain.agent_context import (
     render_sections,
     template_data,
 )
-from phasegate.domain.agents import AGENTS, AgentName, Issue, PlanStep
-from phasegate.domain.errors import DefinitionError, PhasegateError, TemplateNotFound
 from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
 from phasegate.temporal import application_error
 

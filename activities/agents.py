@@ -5,11 +5,11 @@ through a gated session instead) are built here, at import time, with the
 ``TemporalDurability`` capability: inside a workflow, ``agent.run`` schedules one
 ``agent__phasegate_<name>__model_request`` activity per model request, retried by
 Temporal (:data:`MODEL_RETRY_POLICY`), and validates the answer against the agent's
-output model (``domain/agents.py``); an answer that does not validate is sent back to
+output model (``domain/orchestration/agents.py``); an answer that does not validate is sent back to
 the model with the validation error, up to :data:`OUTPUT_RETRIES` times.
 
 Workflow code calls :func:`run_llm_agent` and gets the validated output and the
-step's :class:`~phasegate.domain.agents.StepUsage`, or a non-retryable
+step's :class:`~phasegate.domain.orchestration.agents.StepUsage`, or a non-retryable
 ``ApplicationError`` that says which agent, which model and what to do (an answer over
 ``MAX_MODEL_RESPONSE_BYTES`` is ``agent_output_too_large``: a failed step). The worker
 registers the activities with ``plugins=[PydanticAIPlugin()]`` on a workflow class
@@ -67,7 +67,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityConfig
 
 from phasegate.activities._demo_model import DEMO_MODEL_ID, demo_model
-from phasegate.domain.agents import (
+from phasegate.domain.errors import PhasegateError
+from phasegate.domain.orchestration.agents import (
     MAX_MODEL_RESPONSE_BYTES,
     OUTPUT_TOO_LARGE,
     AgentOutput,
@@ -77,7 +78,6 @@ from phasegate.domain.agents import (
     ReviewResult,
     StepUsage,
 )
-from phasegate.domain.errors import PhasegateError
 from phasegate.domain.settings import ProviderConfig, Settings
 from phasegate.temporal import application_error
 

@@ -43,7 +43,8 @@ from phasegate.activities.rag import Retriever
 from phasegate.activities.snapshots import SPEC_LIMIT, SnapshotStore
 from phasegate.activities.templates import Renderer
 from phasegate.domain.errors import DefinitionError, PhasegateError, SessionError
-from phasegate.domain.messages import (
+from phasegate.domain.rag import RetrievalQuery, context_sections, pack
+from phasegate.domain.session.messages import (
     DefinitionRef,
     LoadSessionRequest,
     PhaseDefinition,
@@ -51,7 +52,6 @@ from phasegate.domain.messages import (
     RenderPhaseRequest,
     SessionPlan,
 )
-from phasegate.domain.rag import RetrievalQuery, context_sections, pack
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.spec import ParsedSpec
 from phasegate.domain.trust import narrowed_to_nobody, session_keys

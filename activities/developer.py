@@ -68,10 +68,10 @@ from phasegate.activities._workspace_files import (
     orchestration_parts,
 )
 from phasegate.activities.tasks_parser import parse_tasks_md
-from phasegate.domain.agents import Issue, PlanOutput
 from phasegate.domain.errors import DefinitionError, SpecParseError
 from phasegate.domain.limits import MAX_PATH_CHARS
-from phasegate.domain.orchestration_gates import digest
+from phasegate.domain.orchestration.agents import Issue, PlanOutput
+from phasegate.domain.orchestration.gates import digest
 from phasegate.domain.settings import CodingAgent, Settings
 from phasegate.domain.spec import ParsedSpec
 from phasegate.domain.verify_contain import is_secret_name, redact

@@ -9,7 +9,7 @@ import urllib.request
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from phasegate.domain.messages import NotifyRequest
+from phasegate.domain.session.messages import NotifyRequest
 
 __all__ = ["notify_webhook"]
 

@@ -35,9 +35,9 @@ from phasegate.activities._workspace_files import (
     checked_root,
     orchestration_parts,
 )
-from phasegate.domain.agents import STEP_AGENTS, Profile
 from phasegate.domain.errors import DefinitionError
-from phasegate.domain.orchestration_messages import (
+from phasegate.domain.orchestration.agents import STEP_AGENTS, Profile
+from phasegate.domain.orchestration.messages import (
     OrchestrationSetup,
     VerifyPlanRequest,
     VerifyPlanResult,

@@ -14,7 +14,7 @@ from typing import Any
 from phasegate.activities.definitions import example_evidence as documented_example
 from phasegate.domain.errors import ExpressionError
 from phasegate.domain.expressions import compile_expression
-from phasegate.domain.messages import GateField, PhaseView
+from phasegate.domain.session.messages import GateField, PhaseView
 
 __all__ = ["complete_evidence", "example_evidence"]
 

@@ -50,7 +50,7 @@ from phasegate.activities.tasks_parser import parse_tasks_md
 from phasegate.agents._evidence import complete_evidence, example_evidence
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.messages import PhaseView, SequenceViolation, SessionView
+from phasegate.domain.session.messages import PhaseView, SequenceViolation, SessionView
 from phasegate.domain.spec import ParsedSpec
 
 __all__ = ["WORK_FOLDER", "main", "run"]

@@ -24,7 +24,7 @@ from baseline import RawUpdateWorkflow
 from temporalio.client import Client
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.messages import CheckpointSubmission, SessionOptions
+from phasegate.domain.session.messages import CheckpointSubmission, SessionOptions
 from phasegate.domain.settings import Settings
 from phasegate.workflows.gated_session import GatedSession
 

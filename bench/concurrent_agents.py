@@ -26,7 +26,7 @@ from advance_latency import write_library
 from baseline import RawUpdateWorkflow
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.messages import PhaseView
+from phasegate.domain.session.messages import PhaseView
 from phasegate.domain.settings import Settings
 from phasegate.temporal import connect
 from phasegate.testing import ScriptedAgent, complete_evidence

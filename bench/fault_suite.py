@@ -38,7 +38,7 @@ from advance_latency import write_library
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.messages import CheckpointResult, CheckpointSubmission
+from phasegate.domain.session.messages import CheckpointResult, CheckpointSubmission
 from phasegate.workflows.gated_session import GatedSession
 
 WORKFLOW = "faults_v1"

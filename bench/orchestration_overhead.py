@@ -53,8 +53,8 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from phasegate import SHIPPED_LIBRARY
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agents import DeveloperProfile, Issue, Profile
-from phasegate.domain.orchestration_messages import StartOrchestration
+from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.messages import StartOrchestration
 from phasegate.domain.settings import Settings
 from phasegate.workflows import Orchestration
 

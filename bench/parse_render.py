@@ -28,7 +28,7 @@ from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.library import find_workflow
 from phasegate.activities.snapshots import SnapshotStore
 from phasegate.activities.tasks_parser import _MD, generate_tasks_md, parse_tasks_md
-from phasegate.domain.messages import LoadSessionRequest, SessionOptions
+from phasegate.domain.session.messages import LoadSessionRequest, SessionOptions
 
 WORKFLOW = "spec_execution_v1"
 PHASE = 5  # a phase built from the spec (phase 0 is the static planning phase)

@@ -20,7 +20,7 @@ from _common import bench_environment, ms, pct, start_bench_worker, stop_bench_w
 from advance_latency import write_library
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.messages import CheckpointSubmission
+from phasegate.domain.session.messages import CheckpointSubmission
 from phasegate.workflows.gated_session import GatedSession
 
 VERIFY = "verify:\n  - {name: trivial, kind: command, argv: ['true'], timeout_seconds: 30}\n"

@@ -98,7 +98,7 @@ class _Ctx:
 async def start(ctx: _Ctx) -> int:
     from pydantic import ValidationError
 
-    from phasegate.domain.messages import SessionOptions
+    from phasegate.domain.session.messages import SessionOptions
 
     a = ctx.args
     opts = dict(key_value(item, "--option") for item in a.option)
@@ -190,7 +190,7 @@ async def task(ctx: _Ctx) -> int:
 
 def _show_or_refuse(ctx: _Ctx, view: Any, show: Callable[[Any], str]) -> int:
     """Print a phase/task view, or the refusal a future one gets (exit 3)."""
-    from phasegate.domain.messages import SequenceViolation
+    from phasegate.domain.session.messages import SequenceViolation
 
     if isinstance(view, SequenceViolation):
         if ctx.args.json:
@@ -276,7 +276,7 @@ async def decide(ctx: _Ctx) -> int:
 
 async def control(ctx: _Ctx) -> int:
     from phasegate.client import keys
-    from phasegate.domain.messages import ControlRequest
+    from phasegate.domain.session.messages import ControlRequest
 
     a = ctx.args
     name = _approver(a.as_name)

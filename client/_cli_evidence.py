@@ -72,7 +72,7 @@ def read_evidence(file: str | None, sets: list[str], session_id: str = "ID") -> 
         PhasegateError: Naming ``--file PATH`` (line and column for bad JSON) and what
             to send instead.
     """
-    from phasegate.domain.session import evidence_size
+    from phasegate.domain.session.state import evidence_size
 
     hint = _evidence_hint(session_id)
     evidence: dict[str, Any] = {}

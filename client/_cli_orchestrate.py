@@ -35,7 +35,7 @@ from phasegate.domain.errors import PhasegateError, SessionError
 if TYPE_CHECKING:
     from phasegate.client.api import PhasegateClient
     from phasegate.client.orchestrations import OrchestrationClient
-    from phasegate.domain.orchestration_messages import (
+    from phasegate.domain.orchestration.messages import (
         HistoryEntry,
         OrchestrationView,
     )

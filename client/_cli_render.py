@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from phasegate.client._executions import Waiting
     from phasegate.client.api import SessionListing
     from phasegate.domain.gates import Problem
-    from phasegate.domain.messages import (
+    from phasegate.domain.session.messages import (
         CheckpointResult,
         ControlResult,
         PhaseContent,

@@ -12,7 +12,7 @@ An issue file is markdown, read the way a person writes one::
 
     The body: everything else, as the agents read it.
 
-A profile is YAML or JSON validated by :class:`~phasegate.domain.agents.Profile`;
+A profile is YAML or JSON validated by :class:`~phasegate.domain.orchestration.agents.Profile`;
 ``--profile NAME`` may also name a profile shipped under ``library/profiles/``
 (``demo``, ``default``). An empty ``working_dir`` becomes the current directory, a
 relative one is taken from the profile file's folder, and ``--workdir`` wins over
@@ -34,8 +34,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from phasegate import SHIPPED_LIBRARY
-from phasegate.domain.agents import MAX_ISSUE_BODY_CHARS, DeveloperProfile, Issue, Profile
 from phasegate.domain.errors import PhasegateError
+from phasegate.domain.orchestration.agents import (
+    MAX_ISSUE_BODY_CHARS,
+    DeveloperProfile,
+    Issue,
+    Profile,
+)
 
 __all__ = [
     "PROFILES_DIR",

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phasegate.domain.evidence_schema import describe_limits
-from phasegate.domain.messages import PhaseView
+from phasegate.domain.session.messages import PhaseView
 
 if TYPE_CHECKING:
     from phasegate.domain.gates import Problem
-    from phasegate.domain.messages import (
+    from phasegate.domain.session.messages import (
         CheckpointResult,
         PhaseContent,
         SessionView,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from phasegate.client import _cli_render as render
 
 if TYPE_CHECKING:
-    from phasegate.domain.orchestration_messages import (
+    from phasegate.domain.orchestration.messages import (
         HistoryEntry,
         OrchestrationView,
         OutputRecord,

@@ -38,7 +38,7 @@ from phasegate.domain.errors import (
     SessionNotActive,
 )
 from phasegate.domain.limits import MAX_EVIDENCE_BYTES_LIMIT
-from phasegate.domain.messages import (
+from phasegate.domain.session.messages import (
     ApprovalDecision,
     CheckpointResult,
     CheckpointSubmission,
@@ -54,7 +54,7 @@ from phasegate.domain.messages import (
     TaskQuery,
     TaskView,
 )
-from phasegate.domain.session import evidence_size
+from phasegate.domain.session.state import evidence_size
 from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, phasegate_error
 from phasegate.workflows.gated_session import GatedSession
 

@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from phasegate.client import _mcp_render as render
 from phasegate.domain.errors import PayloadTooLarge, PhasegateError, PhaseSequenceViolation
-from phasegate.domain.messages import (
+from phasegate.domain.session.messages import (
     DEFAULT_MAX_EVIDENCE_BYTES,
     PhaseView,
     SequenceViolation,
@@ -316,7 +316,7 @@ class PhasegateTools:
         """Submit checkpoint evidence; refuse oversized evidence before sending it."""
 
         async def work() -> CallToolResult:
-            from phasegate.domain.session import evidence_size
+            from phasegate.domain.session.state import evidence_size
 
             size = evidence_size(evidence)
             if size > MAX_EVIDENCE_BYTES:

@@ -31,10 +31,10 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from phasegate.client._base import BaseClient, timed_out, transient
-from phasegate.domain.agents import Issue, Profile
 from phasegate.domain.errors import PhasegateError, SessionError, SessionNotFound
-from phasegate.domain.orchestration_gates import digest
-from phasegate.domain.orchestration_messages import (
+from phasegate.domain.orchestration.agents import Issue, Profile
+from phasegate.domain.orchestration.gates import digest
+from phasegate.domain.orchestration.messages import (
     HistoryEntry,
     OrchestrationDecision,
     OrchestrationView,

@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from phasegate.domain.agents import AgentName
 from phasegate.domain.errors import PhasegateError
+from phasegate.domain.orchestration.agents import AgentName
 
 __all__ = [
     "CODING_AGENT_BASE_ENV",

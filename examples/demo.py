@@ -41,8 +41,8 @@ from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import DatabaseInUse, DevServer, choose_port
 from phasegate.client.orchestrations import OrchestrationClient
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.messages import GateView, PhaseView, SequenceViolation, SessionOptions
-from phasegate.domain.orchestration_messages import OrchestrationView
+from phasegate.domain.orchestration.messages import OrchestrationView
+from phasegate.domain.session.messages import GateView, PhaseView, SequenceViolation, SessionOptions
 from phasegate.domain.settings import Settings
 from phasegate.domain.signing import ApproverKey
 from phasegate.temporal import connect, load_settings

@@ -9,7 +9,12 @@ from typing import Any
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.messages import CheckpointResult, PhaseView, SequenceViolation, SessionView
+from phasegate.domain.session.messages import (
+    CheckpointResult,
+    PhaseView,
+    SequenceViolation,
+    SessionView,
+)
 from phasegate.testing._evidence import Evidence, complete_evidence, example_evidence
 
 __all__ = [

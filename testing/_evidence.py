@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from phasegate.agents._evidence import complete_evidence, example_evidence
-from phasegate.domain.messages import PhaseView
+from phasegate.domain.session.messages import PhaseView
 
 __all__ = [
     "KNOWN_GOOD",

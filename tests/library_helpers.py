@@ -21,7 +21,7 @@ from phasegate.activities._spec_input import validation_items
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.library import find_workflow
 from phasegate.domain.gates import GateDefinition, load_gate
-from phasegate.domain.messages import LoadSessionRequest, SessionOptions
+from phasegate.domain.session.messages import LoadSessionRequest, SessionOptions
 from phasegate.domain.spec import SpecPhase
 
 ROOT = Path(__file__).resolve().parent.parent

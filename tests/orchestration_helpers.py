@@ -15,8 +15,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.client import Client, WorkflowHandle
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agents import Issue, Profile
-from phasegate.domain.orchestration_messages import OrchestrationView, StartOrchestration
+from phasegate.domain.orchestration.agents import Issue, Profile
+from phasegate.domain.orchestration.messages import OrchestrationView, StartOrchestration
 from phasegate.testing import Approver, register_model, unregister_model, unsigned_approver
 from phasegate.workflows import Orchestration
 

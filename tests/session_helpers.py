@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from phasegate.domain.gates import load_gate
-from phasegate.domain.messages import (
+from phasegate.domain.session.messages import (
     ApprovalDecision,
     CheckpointResult,
     CheckpointSubmission,
@@ -21,7 +21,7 @@ from phasegate.domain.messages import (
     DefinitionRef,
     PhaseDefinition,
 )
-from phasegate.domain.session import SessionState
+from phasegate.domain.session.state import SessionState
 from phasegate.domain.signing import ApproverKey, canonical_message
 from phasegate.domain.verify import VerifyResult
 

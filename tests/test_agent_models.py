@@ -34,8 +34,8 @@ with workflow.unsafe.imports_passed_through():
         run_llm_agent,
     )
     from phasegate.activities.tasks_parser import parse_tasks_md
-    from phasegate.domain.agents import PlanOutput, StepUsage
     from phasegate.domain.errors import PhasegateError
+    from phasegate.domain.orchestration.agents import PlanOutput, StepUsage
     from phasegate.domain.settings import ProviderConfig, Settings
     from phasegate.testing import register_model, unregister_model
     from phasegate.testing.fake_openai import FakeOpenAI

@@ -35,18 +35,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from phasegate.activities.rag import FtsIndex
     from phasegate.activities.tasks_parser import parse_tasks_md
-    from phasegate.domain.agent_context import (
-        MAX_OUTPUT_JSON_CHARS,
-        MAX_PROMPT_BYTES,
-        SECTIONS,
-        AgentPrompt,
-        AgentPromptRequest,
-        ContextSections,
-        OutputSummary,
-        prompt_sha256,
-        render_sections,
-    )
-    from phasegate.domain.agents import (
+    from phasegate.domain.errors import DefinitionError
+    from phasegate.domain.orchestration.agents import (
         AGENTS,
         AgentName,
         AnalysisResult,
@@ -57,7 +47,17 @@ with workflow.unsafe.imports_passed_through():
         PlanStep,
         ReviewResult,
     )
-    from phasegate.domain.errors import DefinitionError
+    from phasegate.domain.orchestration.context import (
+        MAX_OUTPUT_JSON_CHARS,
+        MAX_PROMPT_BYTES,
+        SECTIONS,
+        AgentPrompt,
+        AgentPromptRequest,
+        ContextSections,
+        OutputSummary,
+        prompt_sha256,
+        render_sections,
+    )
     from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
 
 AGENTS_DIR = Path(SHIPPED_LIBRARY) / "agents"

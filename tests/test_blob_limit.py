@@ -14,7 +14,7 @@ from topology_helpers import until, write_library
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import BLOB_SIZE_ERROR_BYTES, server_command
 from phasegate.domain.errors import PayloadTooLarge, PhasegateError
-from phasegate.domain.messages import MAX_EVIDENCE_BYTES_LIMIT, CheckpointSubmission
+from phasegate.domain.session.messages import MAX_EVIDENCE_BYTES_LIMIT, CheckpointSubmission
 from phasegate.testing import dev_server_options
 from phasegate.workflows.gated_session import GatedSession
 

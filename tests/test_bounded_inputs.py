@@ -24,7 +24,7 @@ from phasegate.activities.library import find_workflow, load_gate_file, read_tex
 from phasegate.activities.rag import FtsIndex
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import DefinitionError
-from phasegate.domain.messages import (
+from phasegate.domain.session.messages import (
     LoadSessionRequest,
     RenderPhaseRequest,
     SessionOptions,

@@ -25,7 +25,7 @@ from test_cli import FIXTURES, REPO, _base_env, _run
 
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import free_port
-from phasegate.domain.messages import ControlRequest
+from phasegate.domain.session.messages import ControlRequest
 
 SPEC = "## Phase 1: Setup\n\n- [ ] 1.1 Create the project\n"
 SLOW_TEST = "import time\n\n\ndef test_slow():\n    time.sleep(4)\n"

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from phasegate.domain.messages import PhaseView
+from phasegate.domain.session.messages import PhaseView
 from phasegate.testing import complete_evidence, example_evidence, workspace_for
 
 REPO = Path(__file__).resolve().parent.parent

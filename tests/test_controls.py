@@ -8,8 +8,13 @@ import pytest
 from fixture_evidence import GOOD_0
 
 from phasegate.domain.errors import PhasegateError, PhaseSequenceViolation, SessionNotActive
-from phasegate.domain.messages import ControlRequest, PhaseView, SequenceViolation, SessionStatus
-from phasegate.domain.session_views import details_markdown
+from phasegate.domain.session.messages import (
+    ControlRequest,
+    PhaseView,
+    SequenceViolation,
+    SessionStatus,
+)
+from phasegate.domain.session.views import details_markdown
 
 
 async def _to_phase_2(pg, sid):
@@ -95,8 +100,8 @@ async def test_abandon_is_terminal_and_needs_a_reason(session_env, tmp_path):
 
 def test_every_status_renders_web_ui_details(tmp_path):
     """A status the details renderer does not know would fail the workflow task."""
-    from phasegate.domain.messages import DefinitionRef, PhaseDefinition
-    from phasegate.domain.session import SessionState
+    from phasegate.domain.session.messages import DefinitionRef, PhaseDefinition
+    from phasegate.domain.session.state import SessionState
 
     state = SessionState(
         workflow_type="w",
@@ -119,7 +124,7 @@ async def test_rollback_forgets_answers_about_undone_phases(session_env, tmp_pat
     # The same submission id after a rollback is a new submission, not a stale "passed"
     # pointing ahead. (Sent with a fresh update id: within one run Temporal itself answers a
     # repeated update id with its first outcome, which the agent has already seen.)
-    from phasegate.domain.messages import CheckpointSubmission
+    from phasegate.domain.session.messages import CheckpointSubmission
     from phasegate.workflows.gated_session import GatedSession
 
     again = await pg.handle(sid).execute_update(
@@ -135,7 +140,7 @@ async def test_rollback_forgets_answers_about_undone_phases(session_env, tmp_pat
 
 async def test_large_evidence_survives_continue_as_new(session_env, tmp_path):
     """Near-cap evidence in many attempts must not push the carried state past 2 MB."""
-    from phasegate.domain.messages import SessionOptions
+    from phasegate.domain.session.messages import SessionOptions
 
     pg, _ = session_env
     sid = await pg.start(

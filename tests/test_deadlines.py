@@ -18,8 +18,8 @@ import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.messages import SessionOptions, SessionView
-from phasegate.domain.session import DEADLINE_ACTOR
+from phasegate.domain.session.messages import SessionOptions, SessionView
+from phasegate.domain.session.state import DEADLINE_ACTOR
 from phasegate.testing import dev_server_options
 from phasegate.worker import build_worker
 
@@ -145,7 +145,7 @@ async def test_decision_in_time_cancels_the_deadline(ts_env, settings_for):
 
 
 async def test_pause_and_resume_keep_the_deadline(ts_env, settings_for):
-    from phasegate.domain.messages import ControlRequest
+    from phasegate.domain.session.messages import ControlRequest
 
     settings = settings_for(FIXTURES)
     pg = PhasegateClient(ts_env.client, settings.task_queue)
@@ -164,7 +164,7 @@ async def test_pause_and_resume_keep_the_deadline(ts_env, settings_for):
 
 
 async def test_deadline_survives_continue_as_new(ts_env, settings_for):
-    from phasegate.domain.messages import ControlRequest
+    from phasegate.domain.session.messages import ControlRequest
 
     settings = settings_for(FIXTURES)
     pg = PhasegateClient(ts_env.client, settings.task_queue)

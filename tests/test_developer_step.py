@@ -42,8 +42,8 @@ from phasegate.activities.developer import (
 from phasegate.activities.tasks_parser import parse_tasks_md
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agents import Issue, PlanOutput
-from phasegate.domain.messages import SessionOptions, SessionView
+from phasegate.domain.orchestration.agents import Issue, PlanOutput
+from phasegate.domain.session.messages import SessionOptions, SessionView
 from phasegate.domain.settings import CodingAgent, Settings
 from phasegate.testing import make_settings, running_worker, signed_approver
 from phasegate.testing.coding_agent import WORK_FOLDER

@@ -16,7 +16,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.messages import PhaseView, SessionOptions
+from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.temporal import DATA_CONVERTER
 from phasegate.workflows.gated_session import GatedSession
 

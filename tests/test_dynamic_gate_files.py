@@ -19,7 +19,7 @@ from phasegate.activities._spec_input import dynamic_gate
 from phasegate.activities.library import load_gate_file
 from phasegate.activities.verify import VerifyActivities
 from phasegate.domain.errors import GateDefinitionError
-from phasegate.domain.messages import PhaseView, SessionOptions
+from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.domain.spec import SpecPhase, SpecTask
 from phasegate.domain.verify import FilesExistCheck, VerifyRequest, VerifyResult, parse_checks
 from phasegate.testing import complete_evidence, example_evidence, unsigned_approver

@@ -14,7 +14,7 @@ import pytest
 from anthropic import AsyncAnthropic
 from test_agent_models import AgentCall, _events, _raw, probe  # noqa: F401 (probe: fixture)
 
-from phasegate.domain.agents import ReviewResult, StepUsage
+from phasegate.domain.orchestration.agents import ReviewResult, StepUsage
 from phasegate.testing.fake_anthropic import FakeAnthropic
 
 TOOL = {"name": "final_result", "input_schema": {"type": "object", "properties": {}}}

@@ -10,7 +10,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from phasegate.domain.agents import ReviewResult
+from phasegate.domain.orchestration.agents import ReviewResult
 from phasegate.testing.fake_openai import FakeOpenAI
 
 TOOL = {

@@ -345,7 +345,7 @@ async def test_phasegate_own_runs_still_run_their_activities(session_env, tmp_pa
 def test_every_counter_of_a_carry_is_bounded() -> None:
     from pydantic import ValidationError
 
-    from phasegate.domain.orchestration_messages import OrchestrationCarry
+    from phasegate.domain.orchestration.messages import OrchestrationCarry
 
     for field, value in (("replanned_count", -50), ("replanned_count", 11), ("gate_seq", -1)):
         with pytest.raises(ValidationError):

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from phasegate.domain.messages import SessionOptions, StartSession
+from phasegate.domain.session.messages import SessionOptions, StartSession
 from phasegate.workflows.gated_session import GatedSession
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("domain", "activities", "workflows", "client", "testing")
+PACKAGES = ("domain", "activities", "workflows", "client", "testing", "agents")
 TOP_MODULES = ("__init__.py", "temporal.py", "worker.py")
 # Sizes measured so that squeezing code onto fewer lines does not help: a module as
 # ruff formats it with its `# fmt: skip` marks removed, and a function's lines.
@@ -29,9 +29,11 @@ def _sources() -> Iterator[tuple[str, Path]]:
         stem = name.removesuffix(".py")
         yield ("phasegate" if stem == "__init__" else f"phasegate.{stem}"), ROOT / name
     for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).glob("*.py")):
-            stem = path.stem
-            yield (f"phasegate.{pkg}" if stem == "__init__" else f"phasegate.{pkg}.{stem}"), path
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = [pkg, *path.relative_to(ROOT / pkg).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield "phasegate." + ".".join(parts), path
 
 
 MODULES = dict(_sources())

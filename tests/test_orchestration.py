@@ -10,8 +10,8 @@ from pathlib import Path
 from orchestration_helpers import HONEST_AGENT, approving_children, start
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agents import DeveloperProfile, Issue, Profile
 from phasegate.domain.errors import SessionNotActive
+from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
 from phasegate.testing import ScriptedAgent, unsigned_approver, workspace_for
 from phasegate.workflows import Orchestration
 

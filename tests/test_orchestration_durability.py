@@ -28,8 +28,8 @@ from pathlib import Path
 from orchestration_helpers import approving_children
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agents import DeveloperProfile, Issue, Profile
-from phasegate.domain.orchestration_messages import StartOrchestration
+from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.messages import StartOrchestration
 from phasegate.domain.settings import Settings
 from phasegate.testing.fake_openai import FakeOpenAI
 from phasegate.workflows import Orchestration

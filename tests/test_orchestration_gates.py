@@ -22,8 +22,8 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from phasegate.activities.orchestration import OrchestrationActivities, SetupRequest
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agents import DeveloperProfile, Issue, Profile
-from phasegate.domain.orchestration_messages import (
+from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.messages import (
     OrchestrationCarry,
     OrchestrationDecision,
     ReplanRequest,
@@ -250,7 +250,7 @@ async def test_request_replan_is_signed_bounded_and_counted(
                 await handle.execute_update(
                     Orchestration.request_replan, ReplanRequest(reason="skip", requested_by="lead")
                 )
-            from phasegate.domain.orchestration_gates import digest
+            from phasegate.domain.orchestration.gates import digest
 
             binding = {"evidence_sha256": digest({"replan": 0}), "first_run_id": view.approval_binding["first_run_id"]}  # fmt: skip
             nonce, sig = sign("lead", tmp_path / "keys", handle.id, view.replan_gate, binding,

@@ -27,10 +27,10 @@ from phasegate.activities.agent_prompts import AgentPrompts
 from phasegate.activities.orchestration import OUTPUT_INLINE_BYTES
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agent_context import AgentPromptRequest, ContextSections
-from phasegate.domain.agents import AGENTS, DeveloperProfile, Issue, Profile
-from phasegate.domain.orchestration_gates import digest
-from phasegate.domain.orchestration_messages import ReplanRequest, StartOrchestration
+from phasegate.domain.orchestration.agents import AGENTS, DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.context import AgentPromptRequest, ContextSections
+from phasegate.domain.orchestration.gates import digest
+from phasegate.domain.orchestration.messages import ReplanRequest, StartOrchestration
 from phasegate.workflows import Orchestration
 
 TYPO = Issue(id="31", title="Fix typo in the README", labels=["docs"])  # [developer, reviewer]

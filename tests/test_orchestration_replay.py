@@ -38,8 +38,8 @@ from phasegate.workflows import Orchestration
 
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.agents import run_llm_agent
-    from phasegate.domain.agents import AgentOutput, StepUsage
-    from phasegate.domain.orchestration_messages import (
+    from phasegate.domain.orchestration.agents import AgentOutput, StepUsage
+    from phasegate.domain.orchestration.messages import (
         OrchestrationView,
         StartOrchestration,
         StepRecord,

@@ -10,7 +10,7 @@ import pytest
 from orchestration_helpers import HONEST_AGENT, approving_children, models, scripted, start
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agents import DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
 from phasegate.testing.fake_openai import FakeOpenAI
 from phasegate.workflows import Orchestration
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasegate.domain.agents import (
+from phasegate.domain.orchestration.agents import (
     AnalysisResult,
     DeveloperResult,
     Issue,
@@ -19,7 +19,8 @@ from phasegate.domain.agents import (
     ReviewResult,
     StepUsage,
 )
-from phasegate.domain.orchestration import (
+from phasegate.domain.orchestration.messages import OrchestrationSetup, OutputRecord
+from phasegate.domain.orchestration.state import (
     Finish,
     NeedPlan,
     OrchestrationState,
@@ -27,8 +28,7 @@ from phasegate.domain.orchestration import (
     RunStep,
     Wait,
 )
-from phasegate.domain.orchestration_messages import OrchestrationSetup, OutputRecord
-from phasegate.domain.orchestration_views import MAX_CARRY_BYTES, compact, details_markdown
+from phasegate.domain.orchestration.views import MAX_CARRY_BYTES, compact, details_markdown
 
 NOW = datetime(2026, 11, 24, tzinfo=UTC)
 ISSUE = Issue(id="7", title="Add an export command", body="Users want CSV export.")

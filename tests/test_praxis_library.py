@@ -25,7 +25,7 @@ from phasegate.activities.templates import Renderer
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.library import PhaseMetadata, TaskMetadata, reconcile_tasks
-from phasegate.domain.messages import (
+from phasegate.domain.session.messages import (
     LoadSessionRequest,
     PhaseView,
     SessionOptions,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from phasegate.activities.tasks_parser import parse_tasks_md
-from phasegate.domain.messages import PhaseView, SessionOptions
+from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.testing import ScriptedAgent, known_good, unsigned_approver, workspace_for
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "tasks" / "real"

@@ -12,7 +12,7 @@ from temporalio import activity
 from temporalio.worker import Worker
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.messages import SessionOptions
+from phasegate.domain.session.messages import SessionOptions
 from phasegate.domain.settings import verify_task_queue
 from phasegate.domain.verify import VerifyReport, VerifyRequest
 from phasegate.testing import running_worker

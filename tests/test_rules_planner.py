@@ -1,4 +1,4 @@
-"""The rules planner (``domain/rules_planner.py``): the seed's routing examples, replans
+"""The rules planner (``domain/orchestration/planner.py``): the seed's routing examples, replans
 after an analysis, and the invariants every plan keeps (hypothesis). No server needed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasegate.domain.agents import (
+from phasegate.domain.orchestration.agents import (
     MAX_PLAN_STEPS,
     STEP_AGENTS,
     AnalysisResult,
@@ -15,7 +15,7 @@ from phasegate.domain.agents import (
     PlannerDecision,
     StepAgent,
 )
-from phasegate.domain.rules_planner import fixed_plan, rules_plan
+from phasegate.domain.orchestration.planner import fixed_plan, rules_plan
 
 TYPO = Issue(
     id="101",

@@ -354,7 +354,7 @@ def test_operator_commands_in_the_docs_parse() -> None:
     session options validate, and every session it starts prefetches nothing."""
     from phasegate.client._cli_commands import _json_or_text
     from phasegate.client.cli import build_parser
-    from phasegate.domain.messages import SessionOptions
+    from phasegate.domain.session.messages import SessionOptions
 
     text = (ROOT / "docs" / "sealed-deployment.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```(?:sh|bash)\n(.*?)```", text, re.DOTALL)

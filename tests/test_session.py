@@ -24,7 +24,7 @@ from phasegate.domain.errors import (
     SpecParseError,
     WorkflowNotFound,
 )
-from phasegate.domain.messages import (
+from phasegate.domain.session.messages import (
     ControlRequest,
     PhaseView,
     SequenceViolation,
@@ -206,7 +206,7 @@ async def test_idempotent_submission_ids(session_env, tmp_path):
     status = await pg.status(sid)
     assert status.current_phase == 1 and len(status.completed_phases) == 1
     # A repeat that bypasses Temporal's update-id dedupe (new update id) is also caught.
-    from phasegate.domain.messages import CheckpointSubmission
+    from phasegate.domain.session.messages import CheckpointSubmission
     from phasegate.workflows.gated_session import GatedSession
 
     raw = await pg.handle(sid).execute_update(

@@ -15,7 +15,14 @@ import pytest
 from pydantic import ValidationError
 from session_helpers import BAD, GOOD, NOW, PHASES, make_phase, new_state, submit
 
-from phasegate.domain.messages import (
+from phasegate.domain.session.bounds import (
+    CARRY_LIMIT_BYTES,
+    TASKS_PAGE,
+    VIEW_EVIDENCE_BYTES,
+    canonical,
+    evidence_digest,
+)
+from phasegate.domain.session.messages import (
     MAX_TEXT_CHARS,
     ApprovalDecision,
     ControlRequest,
@@ -24,14 +31,7 @@ from phasegate.domain.messages import (
     SessionOptions,
     StartSession,
 )
-from phasegate.domain.session import SessionState
-from phasegate.domain.session_bounds import (
-    CARRY_LIMIT_BYTES,
-    TASKS_PAGE,
-    VIEW_EVIDENCE_BYTES,
-    canonical,
-    evidence_digest,
-)
+from phasegate.domain.session.state import SessionState
 
 BIG = 256 * 1024  # within the default evidence cap
 
@@ -156,7 +156,7 @@ def test_repeat_of_a_compacted_answer_never_points_ahead():
 def test_worst_case_session_still_carries_under_the_limit():
     # The largest rendered phase allowed, awaiting approval of the largest evidence allowed,
     # after many attempts, answers and controls: continue-as-new must still fit.
-    from phasegate.domain.messages import MAX_EVIDENCE_BYTES_LIMIT
+    from phasegate.domain.session.messages import MAX_EVIDENCE_BYTES_LIMIT
 
     gate = {
         "evidence_schema": {"blob": {"type": "string"}},

@@ -31,13 +31,13 @@ from phasegate.domain.errors import (
     PhaseSequenceViolation,
     SessionNotActive,
 )
-from phasegate.domain.messages import CheckpointSubmission, SessionOptions
-from phasegate.domain.session import (
+from phasegate.domain.session.bounds import CARRY_LIMIT_BYTES
+from phasegate.domain.session.messages import CheckpointSubmission, SessionOptions
+from phasegate.domain.session.state import (
     DEADLINE_ACTOR,
     VERIFY_SLACK_SECONDS,
     SessionState,
 )
-from phasegate.domain.session_bounds import CARRY_LIMIT_BYTES
 from phasegate.domain.signing import UNSIGNED_REASON
 from phasegate.domain.verify import CommandCheck, FileExistsCheck
 

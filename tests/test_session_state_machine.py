@@ -25,14 +25,14 @@ from session_helpers import (
 
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.gate_eval import evaluate_gate
-from phasegate.domain.messages import (
+from phasegate.domain.session.messages import (
     ApprovalDecision,
     CheckpointResult,
     CheckpointSubmission,
     ControlRequest,
     SessionOptions,
 )
-from phasegate.domain.session import DEADLINE_ACTOR, SessionState
+from phasegate.domain.session.state import DEADLINE_ACTOR, SessionState
 
 N = len(PHASES)
 MAX_EVIDENCE = 512

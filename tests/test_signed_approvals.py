@@ -15,7 +15,7 @@ from fixture_evidence import GOOD_0
 
 from phasegate.client import keys
 from phasegate.domain.errors import ApprovalRefused, SessionError
-from phasegate.domain.messages import SessionOptions
+from phasegate.domain.session.messages import SessionOptions
 
 REPO = Path(__file__).resolve().parent.parent
 

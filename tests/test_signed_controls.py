@@ -23,7 +23,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import PhasegateError, SessionError
-from phasegate.domain.messages import ControlRequest, SessionOptions
+from phasegate.domain.session.messages import ControlRequest, SessionOptions
 from phasegate.temporal import phasegate_error
 from phasegate.workflows.gated_session import GatedSession
 

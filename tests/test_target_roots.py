@@ -13,7 +13,7 @@ import pytest
 from phasegate import SHIPPED_LIBRARY
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.domain.errors import DefinitionError
-from phasegate.domain.messages import LoadSessionRequest, SessionOptions
+from phasegate.domain.session.messages import LoadSessionRequest, SessionOptions
 
 FIXTURE_LIBRARY = Path(__file__).parent / "fixtures" / "library"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from phasegate.client import keys
-from phasegate.domain.messages import SessionOptions
+from phasegate.domain.session.messages import SessionOptions
 from phasegate.testing import (
     KNOWN_GOOD,
     ScriptedAgent,

@@ -17,15 +17,15 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from phasegate.client import keys
 from phasegate.client.orchestrations import OrchestrationClient
-from phasegate.domain.agents import DeveloperProfile, Issue, Profile
 from phasegate.domain.errors import SessionError
-from phasegate.domain.messages import SessionOptions
-from phasegate.domain.orchestration import OrchestrationState
-from phasegate.domain.orchestration_messages import (
+from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.messages import (
     OrchestrationDecision,
     OrchestrationSetup,
     ReplanRequest,
 )
+from phasegate.domain.orchestration.state import OrchestrationState
+from phasegate.domain.session.messages import SessionOptions
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.trust import SYSTEM_ACTOR, reserved_actor, session_keys
 

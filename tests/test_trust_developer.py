@@ -41,9 +41,9 @@ from phasegate.activities.developer import (
     command_ref,
 )
 from phasegate.activities.orchestration import OrchestrationActivities, StoreOutputRequest
-from phasegate.domain.agents import Issue, PlanOutput
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.orchestration_gates import digest
+from phasegate.domain.orchestration.agents import Issue, PlanOutput
+from phasegate.domain.orchestration.gates import digest
 from phasegate.domain.settings import Settings
 
 ISSUE = Issue(id="7", title="Empty config crashes the loader", body="It raises KeyError.")

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.activities import agents as agents_module
     from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
     from phasegate.client.api import PhasegateClient
-    from phasegate.domain.agents import (
+    from phasegate.domain.orchestration.agents import (
         MAX_MODEL_RESPONSE_BYTES,
         OUTPUT_TOO_LARGE,
         DeveloperProfile,
@@ -35,13 +35,13 @@ with workflow.unsafe.imports_passed_through():
         PlanStep,
         Profile,
     )
-    from phasegate.domain.orchestration import (
+    from phasegate.domain.orchestration.messages import OrchestrationSetup
+    from phasegate.domain.orchestration.state import (
         CONFIGURATION_ERRORS,
         Finish,
         OrchestrationState,
         Replan,
     )
-    from phasegate.domain.orchestration_messages import OrchestrationSetup
     from phasegate.testing import register_model, unregister_model
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)

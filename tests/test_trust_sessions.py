@@ -14,7 +14,7 @@ from phasegate.client import keys
 from phasegate.domain.errors import ApprovalRefused, PhasegateError, SessionError
 from phasegate.domain.gate_eval import MAX_PATTERN_TEXT, evaluate_gate
 from phasegate.domain.gates import GateDefinition
-from phasegate.domain.messages import ControlRequest
+from phasegate.domain.session.messages import ControlRequest
 from phasegate.worker import load_approver_keys
 
 

@@ -29,9 +29,9 @@ from phasegate.client._orchestrate_render import entry_line, render_plan
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import free_port
 from phasegate.client.orchestrations import OrchestrationClient
-from phasegate.domain.agents import DeveloperProfile, Issue, Profile
-from phasegate.domain.messages import ControlRequest
-from phasegate.domain.orchestration_messages import HistoryEntry, OrchestrationView, PlanView
+from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.messages import HistoryEntry, OrchestrationView, PlanView
+from phasegate.domain.session.messages import ControlRequest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -131,7 +131,7 @@ def test_spec_names_are_escaped() -> None:
 
 
 def test_session_status_escapes_phase_names_comments_and_audit() -> None:
-    from phasegate.domain.messages import SessionView
+    from phasegate.domain.session.messages import SessionView
 
     view = SessionView.model_validate(
         {

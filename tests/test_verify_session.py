@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from phasegate.domain.messages import PhaseView
-from phasegate.domain.session import VERIFY_SLACK_SECONDS
+from phasegate.domain.session.messages import PhaseView
+from phasegate.domain.session.state import VERIFY_SLACK_SECONDS
 
 FAILING = "def test_total():\n    total = 1 + 1\n    assert total == 3, 'total is off by one'\n"
 PASSING = "def test_total():\n    assert 1 + 1 == 2\n"

@@ -36,11 +36,11 @@ with workflow.unsafe.imports_passed_through():
         command_ref,
     )
     from phasegate.activities.orchestration import DEVELOPER_WORKFLOW
-    from phasegate.domain.agent_context import AgentPromptRequest, ContextSections
-    from phasegate.domain.agents import DeveloperResult, PlanOutput, StepUsage
-    from phasegate.domain.messages import SessionOptions, SessionSummary, StartSession
-    from phasegate.domain.orchestration import OrchestrationState
-    from phasegate.domain.orchestration_messages import StepRecord
+    from phasegate.domain.orchestration.agents import DeveloperResult, PlanOutput, StepUsage
+    from phasegate.domain.orchestration.context import AgentPromptRequest, ContextSections
+    from phasegate.domain.orchestration.messages import StepRecord
+    from phasegate.domain.orchestration.state import OrchestrationState
+    from phasegate.domain.session.messages import SessionOptions, SessionSummary, StartSession
 
 from phasegate.workflows.gated_session import GatedSession
 

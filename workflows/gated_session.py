@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.activities.notify import notify_webhook
     from phasegate.activities.verify import VerifyActivities
     from phasegate.domain.errors import PhasegateError, SessionError, SessionNotActive
-    from phasegate.domain.messages import (
+    from phasegate.domain.session.messages import (
         ApprovalDecision,
         CheckpointResult,
         CheckpointSubmission,
@@ -44,8 +44,8 @@ with workflow.unsafe.imports_passed_through():
         TaskQuery,
         TaskView,
     )
-    from phasegate.domain.session import DEADLINE_ACTOR, SessionState
-    from phasegate.domain.session_views import details_markdown
+    from phasegate.domain.session.state import DEADLINE_ACTOR, SessionState
+    from phasegate.domain.session.views import details_markdown
     from phasegate.domain.settings import verify_task_queue
     from phasegate.domain.verify import VerifyReport, VerifyResult
     from phasegate.domain.verify_contain import checked_report

@@ -36,8 +36,8 @@ with workflow.unsafe.imports_passed_through():
         SetupRequest,
         StoreOutputRequest,
     )
-    from phasegate.domain.agent_context import AgentPromptRequest, ContextSections, OutputSummary
-    from phasegate.domain.agents import (
+    from phasegate.domain.errors import OrchestrationError
+    from phasegate.domain.orchestration.agents import (
         MAX_PLAN_STEPS,
         AgentOutput,
         AnalysisResult,
@@ -47,16 +47,12 @@ with workflow.unsafe.imports_passed_through():
         PlanStep,
         StepUsage,
     )
-    from phasegate.domain.errors import OrchestrationError
-    from phasegate.domain.orchestration import (
-        Finish,
-        NeedPlan,
-        OrchestrationState,
-        Replan,
-        RunStep,
-        Wait,
+    from phasegate.domain.orchestration.context import (
+        AgentPromptRequest,
+        ContextSections,
+        OutputSummary,
     )
-    from phasegate.domain.orchestration_messages import (
+    from phasegate.domain.orchestration.messages import (
         HistoryEntry,
         OrchestrationDecision,
         OrchestrationView,
@@ -66,8 +62,16 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         VerifyPlanRequest,
     )
-    from phasegate.domain.orchestration_views import details_markdown
-    from phasegate.domain.rules_planner import fixed_plan, rules_plan
+    from phasegate.domain.orchestration.planner import fixed_plan, rules_plan
+    from phasegate.domain.orchestration.state import (
+        Finish,
+        NeedPlan,
+        OrchestrationState,
+        Replan,
+        RunStep,
+        Wait,
+    )
+    from phasegate.domain.orchestration.views import details_markdown
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
 
 from phasegate.workflows._developer_step import RETRY as _RETRY

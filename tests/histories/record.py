@@ -35,7 +35,7 @@ from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import temporal_binary
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.messages import ControlRequest, SessionOptions
+from phasegate.domain.session.messages import ControlRequest, SessionOptions
 from phasegate.domain.settings import Settings
 from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
 from phasegate.worker import build_worker

@@ -47,9 +47,9 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.agents import DeveloperProfile, Issue, Profile
-from phasegate.domain.orchestration_gates import digest
-from phasegate.domain.orchestration_messages import (
+from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.gates import digest
+from phasegate.domain.orchestration.messages import (
     OrchestrationDecision,
     OrchestrationView,
     ReplanRequest,

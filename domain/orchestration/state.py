@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from phasegate.domain.agents import (
+from phasegate.domain.orchestration.agents import (
     AgentOutput,
     AnalysisResult,
     Issue,
@@ -35,8 +35,8 @@ from phasegate.domain.agents import (
     Scope,
     StepUsage,
 )
-from phasegate.domain.orchestration_gates import GateRules, digest, short
-from phasegate.domain.orchestration_messages import (
+from phasegate.domain.orchestration.gates import GateRules, digest, short
+from phasegate.domain.orchestration.messages import (
     AwaitingDecision,
     HistoryEntry,
     OrchestrationCarry,
@@ -46,7 +46,7 @@ from phasegate.domain.orchestration_messages import (
     PlanView,
     StepRecord,
 )
-from phasegate.domain.orchestration_views import (
+from phasegate.domain.orchestration.views import (
     INLINE_OUTPUT_BYTES,
     compact,
     output_summary,

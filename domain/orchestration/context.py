@@ -36,7 +36,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from phasegate.domain.agents import MAX_PLAN_STEPS, AgentName, Issue, PlanStep
+from phasegate.domain.orchestration.agents import MAX_PLAN_STEPS, AgentName, Issue, PlanStep
 
 __all__ = [
     "MAX_OUTPUTS",

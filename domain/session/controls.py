@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 
 from phasegate.domain.errors import PhaseSequenceViolation, SessionError, SessionNotActive
 from phasegate.domain.limits import RESERVED_PREFIX
-from phasegate.domain.messages import AuditEntry, ControlRequest
+from phasegate.domain.session.messages import AuditEntry, ControlRequest
 from phasegate.domain.signing import ApproverKey, check_signed_control
 from phasegate.domain.trust import reserved_actor
 
 if TYPE_CHECKING:
-    from phasegate.domain.session import SessionState
+    from phasegate.domain.session.state import SessionState
 
 __all__ = ["RESERVED_ACTOR_PREFIX", "apply_control", "check_control", "control_keys"]
 

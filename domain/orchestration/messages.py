@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from phasegate.domain.agents import Issue, Profile, Scope, StepAgent, StepUsage
 from phasegate.domain.limits import MAX_TEXT_CHARS
+from phasegate.domain.orchestration.agents import Issue, Profile, Scope, StepAgent, StepUsage
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.trust import ActorName
 

@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from phasegate.domain.agents import (
+from phasegate.domain.orchestration.agents import (
     AgentOutput,
     AnalysisResult,
     DeveloperResult,
     PlannerDecision,
     ReviewResult,
 )
-from phasegate.domain.orchestration_messages import OrchestrationCarry, OrchestrationView, PlanView
+from phasegate.domain.orchestration.messages import OrchestrationCarry, OrchestrationView, PlanView
 
 if TYPE_CHECKING:
-    from phasegate.domain.orchestration import OrchestrationState
+    from phasegate.domain.orchestration.state import OrchestrationState
 
 __all__ = [
     "INLINE_OUTPUT_BYTES",

@@ -14,12 +14,12 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from phasegate.domain.orchestration_messages import AwaitingDecision, StepRecord
+from phasegate.domain.orchestration.messages import AwaitingDecision, StepRecord
 from phasegate.domain.signing import ApproverKey, check_signed_decision
 from phasegate.domain.trust import reserved_actor
 
 if TYPE_CHECKING:
-    from phasegate.domain.agents import Profile
+    from phasegate.domain.orchestration.agents import Profile
 
 __all__ = ["MAX_NONCES", "GateRules", "digest", "short"]
 

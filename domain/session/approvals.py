@@ -16,12 +16,17 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from phasegate.domain.errors import ApprovalRefused, SessionError
-from phasegate.domain.messages import ApprovalDecision, ApprovalRecord, AuditEntry, NotifyRequest
+from phasegate.domain.session.messages import (
+    ApprovalDecision,
+    ApprovalRecord,
+    AuditEntry,
+    NotifyRequest,
+)
 from phasegate.domain.signing import check_signed_decision
 from phasegate.domain.trust import reserved_actor
 
 if TYPE_CHECKING:
-    from phasegate.domain.session import SessionState
+    from phasegate.domain.session.state import SessionState
 
 __all__ = [
     "DEADLINE_ACTOR",

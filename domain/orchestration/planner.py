@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from phasegate.domain.agents import (
+from phasegate.domain.orchestration.agents import (
     STEP_AGENTS,
     AnalysisResult,
     Issue,

@@ -24,10 +24,10 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from phasegate.domain.messages import CheckpointResult, PhaseArtifact
+from phasegate.domain.session.messages import CheckpointResult, PhaseArtifact
 
 if TYPE_CHECKING:
-    from phasegate.domain.session import SessionState
+    from phasegate.domain.session.state import SessionState
 
 __all__ = [
     "CARRY_LIMIT_BYTES",

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from phasegate.domain import session_approvals
 from phasegate.domain.errors import SessionError
 from phasegate.domain.evidence_schema import field_json_schema, gate_json_schema
-from phasegate.domain.messages import (
+from phasegate.domain.session import approvals as session_approvals
+from phasegate.domain.session.bounds import TASKS_PAGE, VIEW_EVIDENCE_BYTES, bounded_artifacts
+from phasegate.domain.session.messages import (
     GateField,
     GateView,
     PhaseArtifact,
@@ -27,10 +28,9 @@ from phasegate.domain.messages import (
     TaskSummary,
     TaskView,
 )
-from phasegate.domain.session_bounds import TASKS_PAGE, VIEW_EVIDENCE_BYTES, bounded_artifacts
 
 if TYPE_CHECKING:
-    from phasegate.domain.session import SessionState
+    from phasegate.domain.session.state import SessionState
 
 AUDIT_IN_VIEW = 100  # latest audit entries (and superseded artifacts) a status shows
 

@@ -21,13 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from phasegate.domain import (
-    session_approvals,
-    session_bounds,
-    session_controls,
-    session_views,
-    trust,
-)
+from phasegate.domain import trust
 from phasegate.domain.errors import (
     PayloadTooLarge,
     PhaseSequenceViolation,
@@ -36,7 +30,12 @@ from phasegate.domain.errors import (
 )
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import GateEvaluation, Problem
-from phasegate.domain.messages import (
+from phasegate.domain.session import approvals as session_approvals
+from phasegate.domain.session import bounds as session_bounds
+from phasegate.domain.session import controls as session_controls
+from phasegate.domain.session import views as session_views
+from phasegate.domain.session.approvals import DEADLINE_ACTOR, ApprovalExpiry
+from phasegate.domain.session.messages import (
     ApprovalDecision,
     ApprovalRecord,
     Attempt,
@@ -57,7 +56,6 @@ from phasegate.domain.messages import (
     SessionView,
     TaskView,
 )
-from phasegate.domain.session_approvals import DEADLINE_ACTOR, ApprovalExpiry
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.verify import VerifyRequest, VerifyResult, budget_seconds
 
