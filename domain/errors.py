@@ -17,6 +17,7 @@ Hierarchy::
         ├── ApprovalRefused            "approval_refused"
         └── SessionNotFound            "session_not_found" (no such session id)
     OrchestrationError                 "orchestration_failed": a run cannot go on
+    └── ReplanRefused                  "replan_refused": no replan can be asked now
     CallerRefused                      "caller_refused": an activity scheduled by a workflow
                                        that is not phasegate's own (threat level 2)
 
@@ -41,6 +42,7 @@ __all__ = [
     "PayloadTooLarge",
     "PhaseSequenceViolation",
     "PhasegateError",
+    "ReplanRefused",
     "SessionError",
     "SessionNotActive",
     "SessionNotFound",
@@ -156,6 +158,13 @@ class OrchestrationError(PhasegateError):
     code = "orchestration_failed"
 
 
+class ReplanRefused(OrchestrationError):
+    """A person's replan request the orchestration cannot take now (finished, one
+    already pending, none left)."""
+
+    code = "replan_refused"
+
+
 class CallerRefused(PhasegateError):
     """An activity was scheduled by a workflow run that is not one of phasegate's own
     workflow types on phasegate's own task queue (any client can run a worker of its own
@@ -182,6 +191,7 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         ApprovalRefused,
         SessionNotFound,
         OrchestrationError,
+        ReplanRefused,
         CallerRefused,
     )
 }

@@ -141,8 +141,10 @@ def test_approval_required_waits_and_a_rejection_fails():
     state.set_plan(plan("developer"), NOW, model="rules")
     wait = state.advance(NOW)
     assert isinstance(wait, Wait) and wait.awaiting.gate == 1
-    assert "not the open one" in state.check_decision(
-        gate=2, approver="a", decision="approve", comment="", nonce=None, signature=None
+    assert "not the open one" in str(
+        state.check_decision(
+            gate=2, approver="a", decision="approve", comment="", nonce=None, signature=None
+        )
     )
     state.apply_decision(approver="lead", decision="reject", comment="no", nonce=None, now=NOW)
     finish = state.advance(NOW)
@@ -177,9 +179,11 @@ def test_signed_gate_refuses_unsigned_and_forged_decisions(tmp_path):
     )
     state.set_plan(plan("developer"), NOW, model="rules")
     gate = state.advance(NOW).awaiting.gate
-    assert "not signed" in state.check_decision(
+    refused = state.check_decision(
         gate=gate, approver="lead", decision="approve", comment="", nonce=None, signature=None
     )
+    assert refused is not None and refused.code == "approval_refused"
+    assert "not signed" in refused.message
     nonce, sig = sign_decision(
         "lead", session_id="orch-1", phase=gate, decision="approve", directory=tmp_path,
         binding=state.approval_binding(),
@@ -188,8 +192,10 @@ def test_signed_gate_refuses_unsigned_and_forged_decisions(tmp_path):
         gate=gate, approver="lead", decision="approve", comment="", nonce=nonce, signature=sig
     ) is None  # fmt: skip
     # The same signature cannot approve with another comment or another gate.
-    assert "does not match" in state.check_decision(
-        gate=gate, approver="lead", decision="approve", comment="x", nonce=nonce, signature=sig
+    assert "does not match" in str(
+        state.check_decision(
+            gate=gate, approver="lead", decision="approve", comment="x", nonce=nonce, signature=sig
+        )
     )
     other, _ = sign_decision(
         "lead", session_id="orch-2", phase=gate, decision="approve", directory=tmp_path,

@@ -104,7 +104,7 @@ def test_the_domain_refuses_them_whatever_the_worker_accepts(unsigned: bool) -> 
     )
     for name in ("phasegate", "phasegate:deadline", "reviewer_0"):
         problem = state.check_replan(actor=name, reason="r", nonce=None, signature=None)
-        assert problem and "reserved" in problem
+        assert problem and "reserved" in problem.message
     if unsigned:
         assert state.check_replan(actor="lead", reason="r", nonce=None, signature=None) is None
 

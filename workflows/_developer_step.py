@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from phasegate.activities.orchestration import DEVELOPER_WORKFLOW
     from phasegate.domain.orchestration.agents import DeveloperResult, PlanOutput, StepUsage
-    from phasegate.domain.orchestration.context import AgentPromptRequest, ContextSections
+    from phasegate.domain.orchestration.context import AgentPromptRequest
     from phasegate.domain.orchestration.messages import StepRecord
     from phasegate.domain.orchestration.state import OrchestrationState
     from phasegate.domain.session.messages import SessionOptions, SessionSummary, StartSession
@@ -61,7 +61,6 @@ class DeveloperContext:
     working_dir: str
     temporal_address: str
     developer_command: list[str]
-    sections: Callable[[StepRecord | None], ContextSections]
     publish: Callable[[], None]
 
 
@@ -156,7 +155,7 @@ async def _drive(
         render_agent_prompt,
         AgentPromptRequest(
             agent="developer",
-            sections=ctx.sections(step),
+            sections=ctx.state.context(step),
             working_dir=ctx.working_dir,
             session_id=child_id,
         ),

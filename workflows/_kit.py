@@ -1,6 +1,16 @@
 """What every phasegate workflow shares (workflow code, deterministic).
 
-Continue-as-new carry, trusted only from the workflow's own chain. A run handed
+- :class:`CarryGate`: continue-as-new carry, trusted only from the workflow's own chain.
+- :func:`not_ready`: the typed, retryable answer to a message that arrives before the
+  run has a state (clients retry it).
+- :func:`refuse` / :func:`check`: the update-validator pattern. A validator asks the
+  domain state ``check_<message>(msg) -> PhasegateError | None`` and hands the answer
+  to :func:`check`; a refusal becomes an ``ApplicationError`` typed by its code (and
+  counted), and never reaches history.
+- :class:`Publisher`: search attributes and the Web UI's current details, written
+  only when they change (an upsert is a history event).
+
+Carry: A run handed
 ``carried`` state believes it only when the server says the run it continues is the
 same workflow type on phasegate's task queue and that it started this run as its
 continue-as-new, not as a cron or retry run re-using a starter's input
@@ -19,12 +29,21 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.provenance import ProvenanceActivities
+    from phasegate.domain.errors import PhasegateError
     from phasegate.domain.provenance import CarryCheck
+    from phasegate.temporal import (
+        METRIC_REFUSALS,
+        SA_PHASE,
+        SA_STATUS,
+        SA_WORKFLOW,
+        application_error,
+    )
 
-__all__ = ["CARRY_PROOF", "CarryGate"]
+__all__ = ["CARRY_PROOF", "CarryGate", "Publisher", "check", "not_ready", "refuse"]
 
 CARRY_PROOF = "carry-proof-v1"
 """Patch id: runs from this change on prove their carry with the server."""
@@ -77,3 +96,66 @@ class CarryGate:
             self.refusal = verdict.reason
             return None
         return carried
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def refuse(problem: PhasegateError) -> ApplicationError:
+    """A refused message as clients see it: typed by the problem's code, retryable
+    (the next message may be accepted), counted in ``phasegate_refusals_total``."""
+    error = application_error(problem, non_retryable=False)
+    workflow.metric_meter().create_counter(
+        METRIC_REFUSALS, "Messages a workflow refused before they reached its history"
+    ).add(1, {"code": error.type or "phasegate_error"})
+    return error
+
+
+def check(problem: PhasegateError | None) -> None:
+    """The validator pattern: raise the domain's refusal, if any (nothing is recorded)."""
+    if problem is not None:
+        raise refuse(problem)
+
+
+def not_ready(problem: PhasegateError) -> ApplicationError:
+    """What a message to a run that has no state yet gets (its definition or setup is
+    loading, or its carry is being proven): typed, retryable, never counted as a
+    refusal; phasegate's clients wait and try again."""
+    return application_error(problem, non_retryable=False)
+
+
+# ---------------------------------------------------------------- visibility
+
+
+class Publisher:
+    """Search attributes (``PhasegateWorkflow``, ``PhasegatePhase``,
+    ``PhasegateStatus``) and the Web UI's current details, written only on change.
+
+    Args:
+        on_change: False only to replay histories recorded when a workflow upserted on
+            every publish (see ``Orchestration``'s ``workflow.patched`` flag).
+    """
+
+    def __init__(self, *, on_change: bool = True) -> None:
+        self._on_change = on_change
+        self._attributes: tuple[str, int, str] | None = None
+        self._details: str | None = None
+
+    def details(self, markdown: str) -> None:
+        """The Web UI's current details (not a history event; set when it changes)."""
+        if markdown != self._details:
+            self._details = markdown
+            workflow.set_current_details(markdown)
+
+    def stale(self, name: str, phase: int, status: str) -> bool:
+        """Whether the search attributes differ from ``(name, phase, status)``."""
+        return self._attributes != (name, phase, status)
+
+    def attributes(self, name: str, phase: int, status: str) -> None:
+        """Upsert the search attributes if they changed (an upsert is a history event)."""
+        if self._on_change and not self.stale(name, phase, status):
+            return
+        self._attributes = (name, phase, status)
+        workflow.upsert_search_attributes(
+            [SA_WORKFLOW.value_set(name), SA_PHASE.value_set(phase), SA_STATUS.value_set(status)]
+        )

@@ -49,9 +49,9 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.settings import verify_task_queue
     from phasegate.domain.verify import VerifyReport, VerifyResult
     from phasegate.domain.verify_contain import checked_report
-    from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
-    from phasegate.workflows._kit import CarryGate
-    from phasegate.workflows._metrics import advanced, refused
+    from phasegate.temporal import application_error
+    from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready, refuse
+    from phasegate.workflows._metrics import advanced
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 
@@ -83,7 +83,7 @@ class GatedSession:
         # no query, result or error ever reads it.
         self._prefetch: asyncio.Task[PhaseDefinition] | None = None
         self._prefetch_index = -1
-        self._published: tuple[str, int, str] | None = None
+        self._publisher = Publisher()
         self._deadline_key: tuple[int, datetime] | None = None
         self._verifying = False
 
@@ -190,19 +190,15 @@ class GatedSession:
 
     @submit_checkpoint.validator
     def _validate_checkpoint(self, sub: CheckpointSubmission) -> None:
-        if self._state is None:
-            raise _starting()
-        problem = self._state.check_submission(sub)
-        if problem is not None:
-            raise refused(problem)
-        if self._verifying and sub.submission_id not in self._state.processed:
+        check(self._ready().check_submission(sub))
+        if self._verifying and sub.submission_id not in self._ready().processed:
             # Refused, not queued: waiting submissions would hold Temporal's few in-flight
             # update slots for the length of a test run and lock out a person's controls.
-            raise refused(
-                ApplicationError(
+            raise refuse(
+                SessionNotActive(
                     "a checkpoint of this phase is being verified against the workspace; "
                     "wait for its result",
-                    type="session_not_active",
+                    hint="submit again once `phasegate status SESSION` shows the result",
                 )
             )
 
@@ -372,11 +368,7 @@ class GatedSession:
 
     @decide_approval.validator
     def _validate_decision(self, decision: ApprovalDecision) -> None:
-        if self._state is None:
-            raise _starting()
-        problem = self._state.check_decision(decision, workflow.info().workflow_id)
-        if problem is not None:
-            raise refused(problem)
+        check(self._ready().check_decision(decision, workflow.info().workflow_id))
 
     # ---- controls ------------------------------------------------------
 
@@ -401,11 +393,7 @@ class GatedSession:
 
     @control.validator
     def _validate_control(self, req: ControlRequest) -> None:
-        if self._state is None:
-            raise _starting()
-        problem = self._state.check_control(req, workflow.info().workflow_id)
-        if problem is not None:
-            raise refused(problem)
+        check(self._ready().check_control(req, workflow.info().workflow_id))
 
     # ---- approval deadlines ----------------------------------------------
 
@@ -463,32 +451,24 @@ class GatedSession:
 
     @workflow.query
     def status(self) -> SessionView:
-        if self._state is None:
-            raise _starting()
-        return self._state.status_view()
+        return self._ready().status_view()
 
     @workflow.query
     def phase(self, q: PhaseQuery) -> PhaseView | SequenceViolation:
-        if self._state is None:
-            raise _starting()
-        return self._state.phase_view(q.phase, q.tasks_offset)
+        return self._ready().phase_view(q.phase, q.tasks_offset)
 
     @workflow.query
     def artifact(self, q: PhaseQuery) -> PhaseArtifact | SequenceViolation:
         """One completed phase's artifact with its whole evidence (see ``PhaseArtifact``)."""
-        if self._state is None:
-            raise _starting()
         try:
-            return self._state.artifact(q.phase)
+            return self._ready().artifact(q.phase)
         except PhasegateError as exc:
             raise application_error(exc, non_retryable=False) from None
 
     @workflow.query
     def task(self, q: TaskQuery) -> TaskView | SequenceViolation:
-        if self._state is None:
-            raise _starting()
         try:
-            return self._state.task_view(q.phase, q.task)
+            return self._ready().task_view(q.phase, q.task)
         except PhasegateError as exc:
             raise application_error(exc, non_retryable=False) from None
 
@@ -496,9 +476,8 @@ class GatedSession:
 
     def _visibility_due(self) -> bool:
         """Deferred search attributes are due once the prefetch has come back."""
-        state = self._state
-        assert state is not None
-        stale = self._published != (state.workflow_type, state.current.index, state.status)
+        state = self._ready()
+        stale = self._publisher.stale(state.workflow_type, state.current.index, state.status)
         return stale and (self._prefetch is None or self._prefetch.done())
 
     def _publish(self, *, defer_search_attributes: bool = False) -> None:
@@ -507,29 +486,19 @@ class GatedSession:
         With ``defer_search_attributes`` and a prefetch in flight, the upsert waits
         for the prefetch's workflow task (the run loop sees ``_visibility_due``).
         """
-        state = self._state
-        assert state is not None
-        workflow.set_current_details(details_markdown(state))
+        state = self._ready()
+        self._publisher.details(details_markdown(state))
         if defer_search_attributes and self._prefetch is not None and not self._prefetch.done():
             return
-        values = (state.workflow_type, state.current.index, state.status)
-        if values != self._published:  # an upsert is a history event: only on change
-            self._published = values
-            workflow.upsert_search_attributes(
-                [
-                    SA_WORKFLOW.value_set(state.workflow_type),
-                    SA_PHASE.value_set(state.current.index),
-                    SA_STATUS.value_set(state.status),
-                ]
+        self._publisher.attributes(state.workflow_type, state.current.index, state.status)
+
+    def _ready(self) -> SessionState:
+        """The state, or the not-ready refusal for a message that came too early."""
+        if self._state is None:
+            raise not_ready(
+                SessionNotActive(
+                    "the session is still loading its definition",
+                    hint="retry in a moment; `phasegate status SESSION` shows when it is ready",
+                )
             )
-
-
-def _starting() -> ApplicationError:
-    """What a message to a session that has not loaded its definition yet gets."""
-    return application_error(
-        SessionNotActive(
-            "the session is still loading its definition",
-            hint="retry in a moment; `phasegate status SESSION` shows when it is ready",
-        ),
-        non_retryable=False,
-    )
+        return self._state

@@ -20,7 +20,6 @@ current step marked in the workflow's current details.
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 from pydantic import ValidationError
@@ -31,26 +30,20 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.activities.agent_prompts import render_agent_prompt
     from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
     from phasegate.activities.orchestration import (
-        OUTPUT_INLINE_BYTES,
         OrchestrationActivities,
         SetupRequest,
         StoreOutputRequest,
     )
     from phasegate.domain.errors import OrchestrationError
     from phasegate.domain.orchestration.agents import (
-        MAX_PLAN_STEPS,
         AgentOutput,
-        AnalysisResult,
         DeveloperResult,
         PlannerDecision,
         PlanOutput,
-        PlanStep,
         StepUsage,
     )
     from phasegate.domain.orchestration.context import (
         AgentPromptRequest,
-        ContextSections,
-        OutputSummary,
     )
     from phasegate.domain.orchestration.messages import (
         HistoryEntry,
@@ -62,7 +55,6 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         VerifyPlanRequest,
     )
-    from phasegate.domain.orchestration.planner import fixed_plan, rules_plan
     from phasegate.domain.orchestration.state import (
         Finish,
         NeedPlan,
@@ -72,18 +64,18 @@ with workflow.unsafe.imports_passed_through():
         Wait,
     )
     from phasegate.domain.orchestration.views import details_markdown
-    from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW, application_error
+    from phasegate.temporal import application_error
 
 from phasegate.workflows._developer_step import RETRY as _RETRY
 from phasegate.workflows._developer_step import SHORT as _SHORT
 from phasegate.workflows._developer_step import DeveloperContext, develop
-from phasegate.workflows._kit import CarryGate
+from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready
 
 __all__ = ["Orchestration"]
 
-MAX_ORCHESTRATION_ID = 200
 
 _WORKFLOW_TYPE = "orchestration"
+_PUBLISH_ON_CHANGE = "orchestration-publish-on-change"  # workflow.patched id
 _DEV_WORKFLOW = "spec_execution_v1"
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's last answer after the agent exits
 
@@ -114,9 +106,12 @@ class Orchestration:
         self._state: OrchestrationState | None = None
         self._issue = start.issue
         self._failure = ""  # why the run was refused before it had a state
+        self._publisher = Publisher()
 
     @workflow.run
     async def run(self, start: StartOrchestration) -> OrchestrationView:
+        # Runs recorded before the kit upserted search attributes on every publish.
+        self._publisher = Publisher(on_change=workflow.patched(_PUBLISH_ON_CHANGE))
         if start.carried is not None:
             await self._carry.proven()
             if start.carried.first_run_id != workflow.info().first_execution_run_id:
@@ -137,13 +132,7 @@ class Orchestration:
             start_to_close_timeout=_SHORT,
             retry_policy=_RETRY,
         )
-        problems = list(setup.problems)
-        if len(workflow.info().workflow_id) > MAX_ORCHESTRATION_ID:
-            problems.append(
-                f"the orchestration id is longer than {MAX_ORCHESTRATION_ID} characters "
-                "(its developer sessions are named after it): pick a shorter --id"
-            )
-        if problems:
+        if problems := OrchestrationState.setup_problems(setup, workflow.info().workflow_id):
             self._failure = "the profile cannot run: " + "; ".join(problems)
             raise application_error(
                 OrchestrationError(
@@ -199,22 +188,12 @@ class Orchestration:
 
     # ------------------------------------------------------------------ planning
     async def _plan(self) -> None:
-        state = self._require()
-        model = state.models.get("planner", "rules")
-        analysis = state.latest("analyst")
+        state = self._ready()
+        model = state.planner()
         usage = StepUsage()
         try:
-            if state.profile.orchestration_mode == "fixed":
-                decision, model = fixed_plan(), "fixed"
-            elif model == "rules":
-                decision = rules_plan(
-                    state.issue,
-                    analysis=AnalysisResult.model_validate(analysis.output)
-                    if analysis and analysis.output
-                    else None,
-                    replan_reason=state.replan_reason or None,
-                    done=[o.agent for o in state.outputs.values() if o.agent != "planner"],
-                )
+            if model in ("fixed", "rules"):
+                decision = state.planned_without_model()
             else:
                 output, usage = await self._ask_model("planner", model, None)
                 assert isinstance(output, PlannerDecision)
@@ -229,14 +208,13 @@ class Orchestration:
         if problems := state.plan_problems(decision):
             state.refuse_plan(problems, workflow.now())
             return
-        claimed = [str(f) for f in analysis.output.get("relevant_files", [])] if analysis else []
         verdict = await workflow.execute_activity_method(
             OrchestrationActivities.verify_plan,
             VerifyPlanRequest(
                 working_dir=self._working_dir,
                 goal=state.issue.title,
                 text="\n".join([decision.reasoning, *(s.reason for s in decision.steps)]),
-                claimed_files=claimed,
+                claimed_files=state.claimed_files(),
             ),
             start_to_close_timeout=_SHORT,
             retry_policy=_RETRY,
@@ -248,7 +226,7 @@ class Orchestration:
 
     # ------------------------------------------------------------------- steps
     async def _run_step(self, step: StepRecord, key: str) -> None:
-        state = self._require()
+        state = self._ready()
         model = "gated-session" if step.agent == "developer" else state.models[step.agent]
         state.start_step(step, key, workflow.now(), model=model)
         self._publish()
@@ -257,11 +235,16 @@ class Orchestration:
                 output, usage = await self._develop(step, key)
             else:
                 output, usage = await self._ask_model(step.agent, model, step)
-                if isinstance(output, PlanOutput):
-                    await self._check_architect_plan(output)
         except (ActivityError, ApplicationError, ChildWorkflowError) as err:
             message, code = _innermost(err)
             state.record_failure(step, message, workflow.now(), code=code)
+            return
+        if isinstance(output, PlanOutput) and (problems := await self._verify(output)):
+            state.record_failure(
+                step,
+                "the architect's plan failed verification: " + "; ".join(problems),
+                workflow.now(),
+            )
             return
         ref = await self._store_if_large(key, output)
         state.record_output(step, key, output, usage, workflow.now(), model=model, ref=ref)
@@ -269,11 +252,11 @@ class Orchestration:
     async def _ask_model(
         self, agent: str, model: str, step: StepRecord | None
     ) -> tuple[AgentOutput, StepUsage]:
-        state = self._require()
+        state = self._ready()
         prompt = await workflow.execute_activity(
             render_agent_prompt,
             AgentPromptRequest(
-                agent=agent, sections=self._sections(step), working_dir=self._working_dir
+                agent=agent, sections=state.context(step), working_dir=self._working_dir
             ),
             start_to_close_timeout=_SHORT,
             retry_policy=_RETRY,
@@ -286,7 +269,8 @@ class Orchestration:
             max_tokens=state.profile.max_agent_output_tokens,
         )
 
-    async def _check_architect_plan(self, plan: PlanOutput) -> None:
+    async def _verify(self, plan: PlanOutput) -> list[str]:
+        """What is wrong with the architect's plan against the workspace ([]: nothing)."""
         verdict = await workflow.execute_activity_method(
             OrchestrationActivities.verify_plan,
             VerifyPlanRequest(
@@ -295,36 +279,10 @@ class Orchestration:
             start_to_close_timeout=_SHORT,
             retry_policy=_RETRY,
         )
-        if verdict.problems:
-            raise ApplicationError("the architect's plan failed verification: " + "; ".join(
-                verdict.problems), non_retryable=True)  # fmt: skip
-
-    def _sections(self, step: StepRecord | None) -> ContextSections:
-        state = self._require()
-        review = state.latest("reviewer")
-        rejected = review is not None and not review.output.get("approved", True)
-        comments = [str(c) for c in review.output.get("comments", [])] if rejected else []
-        # At most MAX_PLAN_STEPS steps around the current one (review passes add steps).
-        cur = step.index if step is not None else 0
-        first = max(0, min(cur - MAX_PLAN_STEPS // 2, len(state.steps) - MAX_PLAN_STEPS))
-        window = state.steps[first : first + MAX_PLAN_STEPS]
-        return ContextSections(
-            issue=state.issue,
-            # The newest output of each agent: history grows with every prompt it carries.
-            outputs=[
-                OutputSummary(key=o.key, agent=o.agent, json=json.dumps(o.output))
-                for o in {o.agent: o for o in state.outputs.values()}.values()
-                if o.agent != "planner" and o.output
-            ],
-            replan_request=state.replan_reason or None,
-            plan=[PlanStep(agent=s.agent, reason=s.reason) for s in window],
-            current=cur - first if step is not None else None,
-            review_comments=comments,
-        )
+        return list(verdict.problems)
 
     async def _store_if_large(self, key: str, output: AgentOutput) -> str | None:
-        data = output.model_dump(mode="json")
-        if len(json.dumps(data, ensure_ascii=False).encode()) <= OUTPUT_INLINE_BYTES:
+        if not OrchestrationState.by_reference(output):
             return None
         return await workflow.execute_activity_method(
             OrchestrationActivities.store_output,
@@ -332,7 +290,7 @@ class Orchestration:
                 working_dir=self._working_dir,
                 orchestration_id=workflow.info().workflow_id,
                 key=key,
-                output=data,
+                output=output.model_dump(mode="json"),
             ),
             start_to_close_timeout=_SHORT,
             retry_policy=_RETRY,
@@ -342,11 +300,10 @@ class Orchestration:
     async def _develop(self, step: StepRecord, key: str) -> tuple[DeveloperResult, StepUsage]:
         return await develop(
             DeveloperContext(
-                state=self._require(),
+                state=self._ready(),
                 working_dir=self._working_dir,
                 temporal_address=self._setup.temporal_address,
                 developer_command=self._setup.developer_command,
-                sections=self._sections,
                 publish=self._publish,
             ),
             step,
@@ -380,7 +337,7 @@ class Orchestration:
     @workflow.update
     async def decide_approval(self, decision: OrchestrationDecision) -> OrchestrationView:
         """A person's decision on the open gate (approval of a step or an escalation)."""
-        state = self._require()
+        state = self._ready()
         state.apply_decision(
             approver=decision.approver,
             decision=decision.decision,
@@ -393,8 +350,8 @@ class Orchestration:
 
     @decide_approval.validator
     def _validate_decision(self, decision: OrchestrationDecision) -> None:
-        _refuse(
-            self._require().check_decision(
+        check(
+            self._ready().check_decision(
                 gate=decision.gate,
                 approver=decision.approver,
                 decision=decision.decision,
@@ -407,7 +364,7 @@ class Orchestration:
     @workflow.update
     async def request_replan(self, request: ReplanRequest) -> OrchestrationView:
         """A person asks for a new plan; it runs after the current step, as a new run."""
-        state = self._require()
+        state = self._ready()
         state.apply_replan_nonce(request.nonce)
         state.request_replan(request.reason, request.requested_by, workflow.now())
         self._publish()
@@ -415,8 +372,8 @@ class Orchestration:
 
     @request_replan.validator
     def _validate_replan(self, request: ReplanRequest) -> None:
-        _refuse(
-            self._require().check_replan(
+        check(
+            self._ready().check_replan(
                 actor=request.requested_by,
                 reason=request.reason,
                 nonce=request.nonce,
@@ -425,10 +382,14 @@ class Orchestration:
         )
 
     # ----------------------------------------------------------------- helpers
-    def _require(self) -> OrchestrationState:
+    def _ready(self) -> OrchestrationState:
+        """The state, or the not-ready refusal for a message that came too early."""
         if self._state is None:
-            raise ApplicationError(
-                "the orchestration is still starting; try again in a moment", non_retryable=True
+            raise not_ready(
+                OrchestrationError(
+                    "the orchestration is still starting; try again in a moment",
+                    hint="`phasegate orchestrate watch ID` shows when it runs",
+                )
             )
         return self._state
 
@@ -436,17 +397,7 @@ class Orchestration:
         state = self._state
         if state is None:
             return
-        workflow.set_current_details(details_markdown(state))
-        workflow.upsert_search_attributes(
-            [
-                SA_WORKFLOW.value_set(_WORKFLOW_TYPE),
-                SA_PHASE.value_set(min(state.cursor, len(state.steps))),
-                SA_STATUS.value_set(state.status),
-            ]
+        self._publisher.details(details_markdown(state))
+        self._publisher.attributes(
+            _WORKFLOW_TYPE, min(state.cursor, len(state.steps)), state.status
         )
-
-
-def _refuse(problem: str | None) -> None:
-    """Reject an update in its validator (nothing reaches history) with the reason."""
-    if problem:
-        raise ApplicationError(problem, type="approval_refused", non_retryable=True)

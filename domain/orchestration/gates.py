@@ -14,9 +14,10 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from phasegate.domain.approvals import Deciders, Decision, refusal
+from phasegate.domain.errors import ApprovalRefused, PhasegateError, ReplanRefused
 from phasegate.domain.orchestration.messages import AwaitingDecision, StepRecord
-from phasegate.domain.signing import ApproverKey, check_signed_decision
-from phasegate.domain.trust import reserved_actor
+from phasegate.domain.signing import ApproverKey
 
 if TYPE_CHECKING:
     from phasegate.domain.orchestration.agents import Profile
@@ -75,16 +76,26 @@ class GateRules:
         comment: str,
         nonce: str | None,
         signature: str | None,
-    ) -> str | None:
+    ) -> ApprovalRefused | None:
         """Why a decision is refused (with what to do), or None. Never raises."""
         if self.awaiting is None:
-            return "nothing is waiting for a decision (see `phasegate plan show ID`)"
+            return ApprovalRefused(
+                "nothing is waiting for a decision",
+                hint=f"see `phasegate plan show {self.orchestration_id}`",
+            )
         if gate != self.awaiting.gate:
-            return f"gate {gate} is not the open one: gate {self.awaiting.gate} is waiting"
-        return self._check_signed(
-            gate, approver, decision, comment, nonce, signature, self.approval_binding(),
-            how=f"phasegate orchestrate {'approve' if decision == 'approve' else 'approve --reject'} "
-            f"{self.orchestration_id} --as NAME",
+            return ApprovalRefused(
+                f"gate {gate} is not the open one: gate {self.awaiting.gate} is waiting",
+                where="gate",
+            )
+        verb = "approve" if decision == "approve" else "approve --reject"
+        return self._refusal(
+            Decision(
+                scope_id=self.orchestration_id, gate=gate, approver=approver, decision=decision,
+                comment=comment, nonce=nonce, signature=signature,
+                binding=self.approval_binding(),
+            ),
+            how=f"phasegate orchestrate {verb} {self.orchestration_id} --as NAME",
         )  # fmt: skip
 
     def replan_gate(self) -> int:
@@ -93,19 +104,28 @@ class GateRules:
 
     def check_replan(
         self, *, actor: str, reason: str, nonce: str | None, signature: str | None
-    ) -> str | None:
+    ) -> PhasegateError | None:
+        """Why a person's replan request is refused, or None. Never raises."""
+        how = f"phasegate orchestrate replan {self.orchestration_id} --reason R --as NAME"
         if self.status in ("completed", "failed"):
-            return f"the orchestration has {self.status}; start a new one"
-        if self.pending_replan is not None:
-            return f"a replan is already pending: {self.pending_replan}"
-        if self.replanned_count >= self.profile.max_replans:
-            return (
-                f"no replans left (max_replans {self.profile.max_replans}, "
-                f"{self.replanned_count} used): reject the open gate or start a new orchestration"
+            return ReplanRefused(
+                f"the orchestration has {self.status}", hint="start a new orchestration"
             )
-        return self._check_signed(
-            self.replan_gate(), actor, "approve", reason, nonce, signature, self.replan_binding(),
-            how=f"phasegate orchestrate replan {self.orchestration_id} --reason R --as NAME",
+        if self.pending_replan is not None:
+            return ReplanRefused(f"a replan is already pending: {self.pending_replan}")
+        if self.replanned_count >= self.profile.max_replans:
+            return ReplanRefused(
+                f"no replans left (max_replans {self.profile.max_replans}, "
+                f"{self.replanned_count} used)",
+                hint="reject the open gate or start a new orchestration",
+            )
+        return self._refusal(
+            Decision(
+                scope_id=self.orchestration_id, gate=self.replan_gate(), approver=actor,
+                decision="approve", comment=reason, nonce=nonce, signature=signature,
+                binding=self.replan_binding(),
+            ),
+            how=how,
         )  # fmt: skip
 
     def replan_binding(self) -> dict[str, str]:
@@ -116,47 +136,18 @@ class GateRules:
             "first_run_id": self.first_run_id,
         }
 
-    def _check_signed(
-        self,
-        gate: int,
-        approver: str,
-        decision: str,
-        comment: str,
-        nonce: str | None,
-        signature: str | None,
-        binding: dict[str, str] | None,
-        *,
-        how: str,
-    ) -> str | None:
-        reserved = reserved_actor(approver)  # whatever the worker accepts, signed or not
-        if reserved:
-            return reserved
-        allowed = self.approvers()
-        if not self.keys:
-            if not self.unsigned_ok:
-                return (
-                    "no approver key can decide here: name keys on the worker "
-                    "(PHASEGATE_APPROVER_KEYS) or allow unsigned approvals"
-                )
-            if self.profile.approvers and approver not in self.profile.approvers:
-                return f"{approver!r} is not an approver of this orchestration ({allowed})"
-            return None
-        problem = check_signed_decision(
+    def _refusal(self, decision: Decision, *, how: str) -> ApprovalRefused | None:
+        """The one approval policy (``domain.approvals``) with this orchestration's
+        deciders: the keys, else the profile's approvers (or anyone, if unsigned is ok)."""
+        deciders = Deciders(
             keys=self.keys,
-            session_id=self.orchestration_id,
-            phase=gate,
-            decision=decision,
-            approver=approver,
-            comment=comment,
-            nonce=nonce,
-            signature=signature,
-            used_nonces=frozenset(self.used_nonces),
-            binding=binding,
+            unsigned_ok=self.unsigned_ok,
+            names=[] if self.keys else list(self.profile.approvers),
+            scope="orchestration",
+            gate_noun="gate",
+            how=how,
         )
-        if problem is not None:
-            problem = problem.replace("this session requires", "this orchestration requires")
-            return f"{problem} (sign it with `{how}`)"
-        return None
+        return refusal(deciders, decision, used_nonces=self.used_nonces)
 
     def approver_names(self) -> list[str]:
         """Who may decide: the keys' names, else the profile's approvers, else anyone."""

@@ -21,20 +21,24 @@ Pure: no I/O, no clock (callers pass ``now``), no randomness.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from phasegate.domain.orchestration.agents import (
+    MAX_PLAN_STEPS,
     AgentOutput,
     AnalysisResult,
     Issue,
     PlannerDecision,
+    PlanStep,
     Profile,
     ReviewResult,
     Scope,
     StepUsage,
 )
+from phasegate.domain.orchestration.context import ContextSections, OutputSummary
 from phasegate.domain.orchestration.gates import GateRules, digest, short
 from phasegate.domain.orchestration.messages import (
     AwaitingDecision,
@@ -46,6 +50,7 @@ from phasegate.domain.orchestration.messages import (
     PlanView,
     StepRecord,
 )
+from phasegate.domain.orchestration.planner import fixed_plan, rules_plan
 from phasegate.domain.orchestration.views import (
     INLINE_OUTPUT_BYTES,
     compact,
@@ -60,6 +65,7 @@ from phasegate.domain.trust import SYSTEM_ACTOR
 __all__ = [
     "CONFIGURATION_ERRORS",
     "MAX_HISTORY",
+    "MAX_ORCHESTRATION_ID",
     "Finish",
     "NeedPlan",
     "OrchestrationState",
@@ -70,6 +76,7 @@ __all__ = [
 ]
 
 MAX_HISTORY = 400  # history entries kept; older ones are counted in history_dropped
+MAX_ORCHESTRATION_ID = 200  # its developer sessions are named after it
 MAX_DETAIL = 1_000
 # Failures a new plan cannot fix: the worker's configuration must change.
 CONFIGURATION_ERRORS = frozenset(
@@ -519,3 +526,78 @@ class OrchestrationState(GateRules):
     def latest(self, agent: str) -> OutputRecord | None:
         found = [o for o in self.outputs.values() if o.agent == agent]
         return found[-1] if found else None
+
+    # ---- what the workflow asks before it acts (so it decides nothing) --------
+
+    @staticmethod
+    def setup_problems(setup: OrchestrationSetup, orchestration_id: str) -> list[str]:
+        """Why a run cannot start with ``setup`` under ``orchestration_id`` ([]: it can)."""
+        problems = list(setup.problems)
+        if len(orchestration_id) > MAX_ORCHESTRATION_ID:
+            problems.append(
+                f"the orchestration id is longer than {MAX_ORCHESTRATION_ID} characters "
+                "(its developer sessions are named after it): pick a shorter --id"
+            )
+        return problems
+
+    def planner(self) -> str:
+        """Who plans: ``fixed`` (the classic pipeline), ``rules`` (no model) or a model id."""
+        if self.profile.orchestration_mode == "fixed":
+            return "fixed"
+        return self.models.get("planner", "rules")
+
+    def planned_without_model(self) -> PlannerDecision:
+        """The plan of the ``fixed`` or ``rules`` planner (see :meth:`planner`)."""
+        if self.planner() == "fixed":
+            return fixed_plan()
+        analysis = self.latest("analyst")
+        return rules_plan(
+            self.issue,
+            analysis=AnalysisResult.model_validate(analysis.output)
+            if analysis and analysis.output
+            else None,
+            replan_reason=self.replan_reason or None,
+            done=[o.agent for o in self.outputs.values() if o.agent != "planner"],
+        )
+
+    def claimed_files(self) -> list[str]:
+        """Files the latest analysis says are relevant (a plan is checked against them)."""
+        analysis = self.latest("analyst")
+        return [str(f) for f in analysis.output.get("relevant_files", [])] if analysis else []
+
+    def rejected_review(self) -> OutputRecord | None:
+        """The latest review, if it rejected the work (its comments go back to the developer)."""
+        review = self.latest("reviewer")
+        return review if review is not None and not review.output.get("approved", True) else None
+
+    def review_comments(self) -> list[str]:
+        """The comments of the latest review, if it rejected the work."""
+        review = self.rejected_review()
+        return [str(c) for c in review.output.get("comments", [])] if review else []
+
+    def context(self, step: StepRecord | None) -> ContextSections:
+        """What an agent may be shown for ``step`` (None: the planner): the issue, the
+        newest output of each agent, the replan request, at most ``MAX_PLAN_STEPS`` plan
+        steps around the current one, and a rejecting review's comments."""
+        cur = step.index if step is not None else 0
+        first = max(0, min(cur - MAX_PLAN_STEPS // 2, len(self.steps) - MAX_PLAN_STEPS))
+        window = self.steps[first : first + MAX_PLAN_STEPS]
+        newest = {o.agent: o for o in self.outputs.values()}  # history grows with prompts
+        return ContextSections(
+            issue=self.issue,
+            outputs=[
+                OutputSummary(key=o.key, agent=o.agent, json=json.dumps(o.output))
+                for o in newest.values()
+                if o.agent != "planner" and o.output
+            ],
+            replan_request=self.replan_reason or None,
+            plan=[PlanStep(agent=s.agent, reason=s.reason) for s in window],
+            current=cur - first if step is not None else None,
+            review_comments=self.review_comments(),
+        )
+
+    @staticmethod
+    def by_reference(output: AgentOutput) -> bool:
+        """Whether an output is too large for history and travels as a file instead."""
+        data = output.model_dump(mode="json")
+        return len(json.dumps(data, ensure_ascii=False).encode()) > INLINE_OUTPUT_BYTES

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from phasegate.domain.approvals import Deciders, Decision, refusal
 from phasegate.domain.errors import ApprovalRefused, SessionError
 from phasegate.domain.session.messages import (
     ApprovalDecision,
@@ -22,8 +23,6 @@ from phasegate.domain.session.messages import (
     AuditEntry,
     NotifyRequest,
 )
-from phasegate.domain.signing import check_signed_decision
-from phasegate.domain.trust import reserved_actor
 
 if TYPE_CHECKING:
     from phasegate.domain.session.state import SessionState
@@ -75,45 +74,27 @@ def check_decision(
             where="approver",
             hint="start a new session whose --approver names someone the gate allows",
         )
-    if not decision.approver.strip():
-        return ApprovalRefused("an approval must name its approver", where="approver")
-    if reason := reserved_actor(decision.approver):
-        return ApprovalRefused(
-            reason,
-            where="approver",
-            hint="approve under your own name: phasegate approve SESSION --as NAME",
-        )
-    if allowed and decision.approver not in allowed:
-        return ApprovalRefused(
-            f"{decision.approver!r} may not approve phase {state.current.index}",
-            where="approver",
-            hint=f"allowed approvers: {', '.join(allowed)}",
-        )
-    if not state.approver_keys and not state.unsigned_approvals:
-        return ApprovalRefused(
-            "this deployment accepts only signed approvals and this session names no "
-            "approver keys, so no decision can be accepted",
-            where="approver_keys",
-            hint="name signed approvers on the worker (`phasegate dev --approver-key NAME`, "
-            "PHASEGATE_APPROVER_KEYS, or approver_keys in metadata.json), or set "
-            "PHASEGATE_ALLOW_UNSIGNED_APPROVALS=1 where agents cannot reach Temporal",
-        )
-    if state.approver_keys:
-        reason = check_signed_decision(
+    return refusal(
+        Deciders(
             keys=state.approver_keys,
-            session_id=session_id,
-            phase=decision.phase,
-            decision=decision.decision,
+            unsigned_ok=state.unsigned_approvals,
+            names=allowed,
+            scope="session",
+            gate_noun="phase",
+            how=f"phasegate approve {session_id or 'SESSION'} --as NAME",
+        ),
+        Decision(
+            scope_id=session_id,
+            gate=decision.phase,
             approver=decision.approver,
+            decision=decision.decision,
             comment=decision.comment,
             nonce=decision.nonce,
             signature=decision.signature,
-            used_nonces=frozenset(state.used_nonces),
             binding=approval_binding(state),
-        )
-        if reason is not None:
-            return ApprovalRefused(reason, where="signature")
-    return None
+        ),
+        used_nonces=state.used_nonces,
+    )
 
 
 def approval_binding(state: SessionState) -> dict[str, str] | None:
