@@ -7,9 +7,10 @@ import urllib.error
 import urllib.request
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
+from phasegate.domain.errors import NotifyFailed, NotifyInvalid
 from phasegate.domain.session.messages import NotifyRequest
+from phasegate.temporal import application_error
 
 __all__ = ["notify_webhook"]
 
@@ -22,8 +23,12 @@ def notify_webhook(req: NotifyRequest) -> int:
     tries again; a malformed URL fails at once (non-retryable).
     """
     if not req.url.startswith(("http://", "https://")):
-        raise ApplicationError(
-            f"not an http(s) URL: {req.url}", type="notify_invalid", non_retryable=True
+        raise application_error(
+            NotifyInvalid(
+                f"not an http(s) URL: {req.url}",
+                where="notify_url",
+                hint="set notify_url to an http:// or https:// address",
+            )
         )
     body = json.dumps(req.payload, default=str).encode()
     request = urllib.request.Request(
@@ -36,8 +41,10 @@ def notify_webhook(req: NotifyRequest) -> int:
         with urllib.request.urlopen(request, timeout=10) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
-        raise ApplicationError(
-            f"{req.url} answered HTTP {exc.code}", type="notify_failed"
+        raise application_error(
+            NotifyFailed(f"{req.url} answered HTTP {exc.code}"), non_retryable=False
         ) from None
     except (urllib.error.URLError, OSError) as exc:
-        raise ApplicationError(f"{req.url} unreachable: {exc}", type="notify_failed") from None
+        raise application_error(
+            NotifyFailed(f"{req.url} unreachable: {exc}"), non_retryable=False
+        ) from None

@@ -29,7 +29,6 @@ from temporalio import activity
 from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.api.history.v1 import WorkflowExecutionStartedEventAttributes
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -37,7 +36,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from phasegate.domain.errors import CallerRefused
+from phasegate.domain.errors import CallerRefused, ProvenanceUnavailable
 from phasegate.domain.provenance import (
     CarryCheck,
     Provenance,
@@ -63,9 +62,11 @@ async def describe_run(client: Client, workflow_id: str, run_id: str) -> RunReco
     except RPCError as exc:
         if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
             return None
-        raise ApplicationError(
-            f"cannot ask the Temporal server who scheduled this activity: {exc.message}",
-            type="provenance_unavailable",
+        raise application_error(
+            ProvenanceUnavailable(
+                f"cannot ask the Temporal server who scheduled this activity: {exc.message}"
+            ),
+            non_retryable=False,
         ) from None
     return RunRecord(
         workflow_id=desc.id,
@@ -189,8 +190,10 @@ async def _started_event(
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             return None
-        raise ApplicationError(
-            f"cannot ask the Temporal server how this run started: {exc.message}",
-            type="provenance_unavailable",
+        raise application_error(
+            ProvenanceUnavailable(
+                f"cannot ask the Temporal server how this run started: {exc.message}"
+            ),
+            non_retryable=False,
         ) from None
     return None

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.exceptions import CancelledError
 
 from phasegate.activities._verify_json import compare, follow
 from phasegate.activities._verify_run import (
@@ -43,6 +43,7 @@ from phasegate.activities._verify_run import (
     interpreter_argv,
     run_process,
 )
+from phasegate.domain.errors import VerifyInvalid
 from phasegate.domain.verify import (
     CommandCheck,
     FileContainsCheck,
@@ -67,6 +68,7 @@ from phasegate.domain.verify_contain import (
     typed_value,
     validate_pass_env,
 )
+from phasegate.temporal import application_error
 
 __all__ = ["VerifyActivities"]
 
@@ -111,8 +113,13 @@ class VerifyActivities:
         except (OSError, ValueError):
             usable = False
         if not usable:
-            message = f"workspace {req.workspace!r} is not a directory"
-            raise ApplicationError(message, type="verify_invalid", non_retryable=True)
+            raise application_error(
+                VerifyInvalid(
+                    f"workspace {req.workspace!r} is not a directory",
+                    where="workspace",
+                    hint="the session's target must be the project's folder",
+                )
+            )
         run = _Run(self, req, workspace)
         results = []
         for index, check in enumerate(req.checks):

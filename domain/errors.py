@@ -16,10 +16,25 @@ Hierarchy::
         ├── PayloadTooLarge            "payload_too_large"
         ├── ApprovalRefused            "approval_refused"
         └── SessionNotFound            "session_not_found" (no such session id)
+    │   └── VerifyInvalid              "verify_invalid": a gate's checks cannot run as written
     OrchestrationError                 "orchestration_failed": a run cannot go on
-    └── ReplanRefused                  "replan_refused": no replan can be asked now
+    ├── ReplanRefused                  "replan_refused": no replan can be asked now
+    ├── DeveloperInvalid               "developer_invalid": the worker cannot run the developer
+    ├── DeveloperFailed                "developer_failed": the developer's session did not complete
+    └── ModelError                     "model_call_failed": a model request failed
+        ├── ModelUnusable              "model_unusable": the model cannot be used as configured
+        ├── ModelAuth                  "model_auth": the provider refused the API key
+        ├── ModelNotFound              "model_not_found": the provider has no such model
+        ├── ModelQuota                 "model_quota": the provider's quota is used up
+        ├── AgentOutputInvalid         "agent_output_invalid": no valid answer after retries
+        └── AgentOutputTooLarge        "agent_output_too_large": an answer over the size cap
+    NotifyFailed                       "notify_failed": a webhook did not answer (retried)
+    └── NotifyInvalid                  "notify_invalid": not a URL phasegate calls
+    WorkspaceRefused                   "workspace_refused": a file phasegate would not write
     CallerRefused                      "caller_refused": an activity scheduled by a workflow
                                        that is not phasegate's own (threat level 2)
+    ProvenanceUnavailable              "provenance_unavailable": the server could not say who
+                                       asked (retried)
 
 Every error carries ``where`` (``file:line`` or a field path, when known) and
 ``hint`` (what to do next). ``str(err)`` renders all three on one line, which is
@@ -33,15 +48,27 @@ from __future__ import annotations
 
 __all__ = [
     "ERROR_TYPES",
+    "AgentOutputInvalid",
+    "AgentOutputTooLarge",
     "ApprovalRefused",
     "CallerRefused",
     "DefinitionError",
+    "DeveloperFailed",
+    "DeveloperInvalid",
     "ExpressionError",
     "GateDefinitionError",
+    "ModelAuth",
+    "ModelError",
+    "ModelNotFound",
+    "ModelQuota",
+    "ModelUnusable",
+    "NotifyFailed",
+    "NotifyInvalid",
     "OrchestrationError",
     "PayloadTooLarge",
     "PhaseSequenceViolation",
     "PhasegateError",
+    "ProvenanceUnavailable",
     "ReplanRefused",
     "SessionError",
     "SessionNotActive",
@@ -49,7 +76,9 @@ __all__ = [
     "SpecParseError",
     "TemplateNotFound",
     "TemporalUnreachable",
+    "VerifyInvalid",
     "WorkflowNotFound",
+    "WorkspaceRefused",
 ]
 
 
@@ -165,6 +194,81 @@ class ReplanRefused(OrchestrationError):
     code = "replan_refused"
 
 
+class VerifyInvalid(DefinitionError):
+    """A gate's verify checks cannot run as written (a bad path, an unknown field)."""
+
+    code = "verify_invalid"
+
+
+class DeveloperInvalid(OrchestrationError):
+    """The worker cannot run the developer step as configured (no such coding agent, no
+    working directory): no plan can fix it."""
+
+    code = "developer_invalid"
+
+
+class DeveloperFailed(OrchestrationError):
+    """The developer's gated session did not complete (the agent stopped, timed out, asked
+    for a replan, or the id was taken): the planner may try again."""
+
+    code = "developer_failed"
+
+
+class ModelError(OrchestrationError):
+    """A model request failed (the provider answered with an error, or not at all)."""
+
+    code = "model_call_failed"
+
+
+class ModelUnusable(ModelError):
+    code = "model_unusable"
+
+
+class ModelAuth(ModelError):
+    code = "model_auth"
+
+
+class ModelNotFound(ModelError):
+    code = "model_not_found"
+
+
+class ModelQuota(ModelError):
+    code = "model_quota"
+
+
+class AgentOutputInvalid(ModelError):
+    code = "agent_output_invalid"
+
+
+class AgentOutputTooLarge(ModelError):
+    code = "agent_output_too_large"
+
+
+class NotifyFailed(PhasegateError):
+    """A webhook did not answer, or answered with an error (Temporal retries it)."""
+
+    code = "notify_failed"
+
+
+class NotifyInvalid(NotifyFailed):
+    """Not a URL phasegate calls (only http and https)."""
+
+    code = "notify_invalid"
+
+
+class WorkspaceRefused(PhasegateError):
+    """A file phasegate would not write or read: outside the working directory, through a
+    link, not a regular file, or too large."""
+
+    code = "workspace_refused"
+
+
+class ProvenanceUnavailable(PhasegateError):
+    """The server could not say which run asked (retried until it can)."""
+
+    code = "provenance_unavailable"
+
+
 class CallerRefused(PhasegateError):
     """An activity was scheduled by a workflow run that is not one of phasegate's own
     workflow types on phasegate's own task queue (any client can run a worker of its own
@@ -193,5 +297,19 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         OrchestrationError,
         ReplanRefused,
         CallerRefused,
+        VerifyInvalid,
+        DeveloperInvalid,
+        DeveloperFailed,
+        ModelError,
+        ModelUnusable,
+        ModelAuth,
+        ModelNotFound,
+        ModelQuota,
+        AgentOutputInvalid,
+        AgentOutputTooLarge,
+        NotifyFailed,
+        NotifyInvalid,
+        WorkspaceRefused,
+        ProvenanceUnavailable,
     )
 }

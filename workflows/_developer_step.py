@@ -17,30 +17,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.agent_prompts import render_agent_prompt
     from phasegate.activities.developer import (
         CodingAgentRequest,
-        CodingAgentRun,
         DeveloperActivities,
         DevSpecRequest,
         command_ref,
     )
     from phasegate.activities.orchestration import DEVELOPER_WORKFLOW
+    from phasegate.domain.errors import DeveloperFailed
+    from phasegate.domain.orchestration import developer
     from phasegate.domain.orchestration.agents import DeveloperResult, PlanOutput, StepUsage
     from phasegate.domain.orchestration.context import AgentPromptRequest
     from phasegate.domain.orchestration.messages import StepRecord
     from phasegate.domain.orchestration.state import OrchestrationState
     from phasegate.domain.session.messages import SessionOptions, SessionSummary, StartSession
+    from phasegate.temporal import application_error
 
 from phasegate.workflows.gated_session import GatedSession
 
@@ -50,7 +51,6 @@ DEV_WORKFLOW = DEVELOPER_WORKFLOW
 SHORT = timedelta(seconds=30)  # the orchestration's own activities (setup, render, files)
 RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's answer to the agent's last submission
-_REPLAN_LINE = re.compile(r"REPLAN:\s*(.+)")
 
 
 @dataclass
@@ -72,7 +72,7 @@ async def develop(
     info = workflow.info()
     architect = state.latest("architect")
     review = state.latest("reviewer")
-    attempt = int(key.rsplit("_", 1)[1]) + 1
+    attempt = developer.attempt_of(key)
     spec = await workflow.execute_activity_method(
         DeveloperActivities.write_dev_spec,
         DevSpecRequest(
@@ -94,15 +94,12 @@ async def develop(
         start_to_close_timeout=SHORT,
         retry_policy=RETRY,
     )
-    child_id = f"{info.workflow_id}-dev-{state.replanned_count}-{attempt}"
+    child_id = developer.session_id(info.workflow_id, state.replanned_count, attempt)
     profile = state.profile
     try:
         handle = await _start_session(ctx, child_id, spec.spec_path)
     except WorkflowAlreadyStartedError:
-        raise ApplicationError(
-            f"the developer session id {child_id} is already taken by another workflow",
-            non_retryable=True,
-        ) from None
+        raise application_error(developer.session_taken(child_id)) from None
     step.child_session = child_id
     state.child_sessions.append(child_id)
     ctx.publish()
@@ -118,28 +115,25 @@ async def develop(
                     timeout=timedelta(minutes=minutes),
                 )
             except TimeoutError:
-                raise ApplicationError(
-                    f"no agent completed the developer session {child_id} within {minutes} "
-                    "minutes (developer.timeout_minutes)",
-                    non_retryable=True,
-                ) from None
+                raise application_error(developer.timed_out(child_id, minutes)) from None
             if not handle.done():
-                raise ApplicationError(
-                    f"superseded by a replan while session {child_id} was open",
-                    non_retryable=True,
-                )
+                raise application_error(developer.superseded(child_id))
             summary = handle.result()
     except BaseException:
         if not handle.done():
             handle.cancel()
         raise
-    if summary.status != "completed":
-        raise ApplicationError(
-            f"the developer's gated session {child_id} ended {summary.status} after "
-            f"{len(summary.completed_phases)} of {summary.total_phases} phases",
-            non_retryable=True,
+    try:
+        result = developer.session_outcome(
+            child_id,
+            summary.status,
+            len(summary.completed_phases),
+            summary.total_phases,
+            replan,
         )
-    return _result(child_id, summary, replan), StepUsage()
+    except DeveloperFailed as exc:
+        raise application_error(exc) from None
+    return result, StepUsage()
 
 
 async def _drive(
@@ -194,25 +188,22 @@ async def _drive(
             await agent
         if handle in done:
             return handle.result(), None
-        raise ApplicationError(
-            f"superseded by a replan while session {child_id} was open", non_retryable=True
-        )
+        raise application_error(developer.superseded(child_id))
     ran = agent.result()
-    asked = _replan_request(ran)
+    asked = developer.replan_request(ran.output_tail)
     with contextlib.suppress(TimeoutError):  # the session may still answer the last submission
         await workflow.wait_condition(
             handle.done, timeout=_EXIT_GRACE if ran.exit_code == 0 and not asked else 2
         )
         return handle.result(), asked
-    if asked:
-        raise ApplicationError(f"the coding agent asked for a replan: {asked}", non_retryable=True)
-    tail = ran.output_tail[-600:].strip()
-    stopped = "timed out" if ran.timed_out else f"exited (code {ran.exit_code})"
-    raise ApplicationError(
-        f"the coding agent {stopped} but its gated session {child_id} has not completed: "
-        f"the session refused to advance (see `phasegate status {child_id}`); the agent's "
-        f"last output: {tail or '(none)'}",
-        non_retryable=True,
+    raise application_error(
+        developer.agent_stopped(
+            child_id,
+            exit_code=ran.exit_code,
+            timed_out=ran.timed_out,
+            asked=asked,
+            output_tail=ran.output_tail,
+        )
     )
 
 
@@ -231,26 +222,4 @@ async def _start_session(
         ),
         id=child_id,
         task_queue=workflow.info().task_queue,
-    )
-
-
-def _replan_request(ran: CodingAgentRun) -> str | None:
-    """A ``REPLAN: why`` line the coding agent ENDED with (its prompt says how); the
-    same text anywhere else (an echoed issue body) is not a request."""
-    lines = [line.strip() for line in ran.output_tail.splitlines() if line.strip()]
-    found = _REPLAN_LINE.fullmatch(lines[-1]) if lines else None
-    return found.group(1).strip()[:1000] if found else None
-
-
-def _result(child_id: str, summary: SessionSummary, replan: str | None) -> DeveloperResult:
-    done = summary.status == "completed"
-    return DeveloperResult(
-        session_id=child_id,
-        completed=done,
-        phases_completed=len(summary.completed_phases),
-        total_phases=summary.total_phases,
-        summary=f"gated session {child_id}: {summary.status}, "
-        f"{len(summary.completed_phases)}/{summary.total_phases} phases passed their gates",
-        confidence=1.0 if done else 0.0,
-        replan_request=replan,
     )

@@ -22,7 +22,12 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.activities.definitions import DefinitionActivities
     from phasegate.activities.notify import notify_webhook
     from phasegate.activities.verify import VerifyActivities
-    from phasegate.domain.errors import PhasegateError, SessionError, SessionNotActive
+    from phasegate.domain.errors import (
+        PhasegateError,
+        SessionError,
+        SessionNotActive,
+        VerifyInvalid,
+    )
     from phasegate.domain.session.messages import (
         ApprovalDecision,
         CheckpointResult,
@@ -263,7 +268,7 @@ class GatedSession:
                 start_to_close_timeout=state.verify_timeout(),
                 heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(
-                    maximum_attempts=2, non_retryable_error_types=["verify_invalid"]
+                    maximum_attempts=2, non_retryable_error_types=[VerifyInvalid.code]
                 ),
                 summary=f"verify phase {state.current.index}",
             )

@@ -32,11 +32,15 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from phasegate.domain.orchestration.agents import MAX_PLAN_STEPS, AgentName, Issue, PlanStep
+
+if TYPE_CHECKING:
+    from phasegate.domain.orchestration.messages import StepRecord
+    from phasegate.domain.orchestration.state import OrchestrationState
 
 __all__ = [
     "MAX_OUTPUTS",
@@ -52,6 +56,7 @@ __all__ = [
     "cut",
     "prompt_sha256",
     "render_sections",
+    "sections_for",
     "template_data",
 ]
 
@@ -349,3 +354,26 @@ def render_sections(
         else:
             room = limit - len(_PROMPT_CUT.encode())
             return text.encode()[:room].decode(errors="ignore") + _PROMPT_CUT, shown
+
+
+def sections_for(state: OrchestrationState, step: StepRecord | None) -> ContextSections:
+    """Every section an agent may be shown for ``step`` (None: the planner): the issue,
+    the newest output of each agent (history grows with every prompt that carries one),
+    the replan request, at most ``MAX_PLAN_STEPS`` plan steps around the current one
+    (review passes add steps) and a rejecting review's comments."""
+    cur = step.index if step is not None else 0
+    first = max(0, min(cur - MAX_PLAN_STEPS // 2, len(state.steps) - MAX_PLAN_STEPS))
+    window = state.steps[first : first + MAX_PLAN_STEPS]
+    newest = {o.agent: o for o in state.outputs.values()}
+    return ContextSections(
+        issue=state.issue,
+        outputs=[
+            OutputSummary(key=o.key, agent=o.agent, json=json.dumps(o.output))
+            for o in newest.values()
+            if o.agent != "planner" and o.output
+        ],
+        replan_request=state.replan_reason or None,
+        plan=[PlanStep(agent=s.agent, reason=s.reason) for s in window],
+        current=cur - first if step is not None else None,
+        review_comments=state.review_comments(),
+    )

@@ -26,19 +26,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from phasegate.domain.errors import (
+    DefinitionError,
+    DeveloperInvalid,
+    GateDefinitionError,
+    ModelAuth,
+    ModelNotFound,
+    ModelUnusable,
+    TemplateNotFound,
+    WorkflowNotFound,
+)
 from phasegate.domain.orchestration.agents import (
-    MAX_PLAN_STEPS,
     AgentOutput,
     AnalysisResult,
     Issue,
     PlannerDecision,
-    PlanStep,
     Profile,
     ReviewResult,
     Scope,
     StepUsage,
 )
-from phasegate.domain.orchestration.context import ContextSections, OutputSummary
+from phasegate.domain.orchestration.context import ContextSections, sections_for
 from phasegate.domain.orchestration.gates import GateRules, digest, short
 from phasegate.domain.orchestration.messages import (
     AwaitingDecision,
@@ -80,16 +88,17 @@ MAX_ORCHESTRATION_ID = 200  # its developer sessions are named after it
 MAX_DETAIL = 1_000
 # Failures a new plan cannot fix: the worker's configuration must change.
 CONFIGURATION_ERRORS = frozenset(
-    {
-        "workflow_not_found",
-        "definition_invalid",
-        "template_not_found",
-        "gate_definition_invalid",
-        "developer_invalid",
-        "model_unusable",
-        "model_auth",
-        "model_not_found",
-    }
+    cls.code
+    for cls in (
+        WorkflowNotFound,
+        DefinitionError,
+        TemplateNotFound,
+        GateDefinitionError,
+        DeveloperInvalid,
+        ModelUnusable,
+        ModelAuth,
+        ModelNotFound,
+    )
 )
 
 
@@ -576,25 +585,9 @@ class OrchestrationState(GateRules):
         return [str(c) for c in review.output.get("comments", [])] if review else []
 
     def context(self, step: StepRecord | None) -> ContextSections:
-        """What an agent may be shown for ``step`` (None: the planner): the issue, the
-        newest output of each agent, the replan request, at most ``MAX_PLAN_STEPS`` plan
-        steps around the current one, and a rejecting review's comments."""
-        cur = step.index if step is not None else 0
-        first = max(0, min(cur - MAX_PLAN_STEPS // 2, len(self.steps) - MAX_PLAN_STEPS))
-        window = self.steps[first : first + MAX_PLAN_STEPS]
-        newest = {o.agent: o for o in self.outputs.values()}  # history grows with prompts
-        return ContextSections(
-            issue=self.issue,
-            outputs=[
-                OutputSummary(key=o.key, agent=o.agent, json=json.dumps(o.output))
-                for o in newest.values()
-                if o.agent != "planner" and o.output
-            ],
-            replan_request=self.replan_reason or None,
-            plan=[PlanStep(agent=s.agent, reason=s.reason) for s in window],
-            current=cur - first if step is not None else None,
-            review_comments=self.review_comments(),
-        )
+        """What an agent may be shown for ``step`` (None: the planner); see
+        :func:`~phasegate.domain.orchestration.context.sections_for`."""
+        return sections_for(self, step)
 
     @staticmethod
     def by_reference(output: AgentOutput) -> bool:
