@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import GeneratorType
 from typing import Any
@@ -131,7 +131,8 @@ def compile_expression(source: str, *, where: str | None = None) -> CompiledExpr
         ) from None
     except Exception as exc:  # noqa: BLE001 - RecursionError/MemoryError/ValueError from the parser
         raise ExpressionError(f"`{_clip(text)}` cannot be parsed: {exc}", where=where) from None
-    body, params = tree.body, ()
+    body: ast.expr = tree.body
+    params: tuple[str, ...] = ()
     if isinstance(body, ast.Lambda):
         params = _lambda_params(body.args, text, where)
         body = body.body
@@ -434,10 +435,10 @@ class _Evaluator:
                 self.eval(p, env) if p else None
                 for p in (node.slice.lower, node.slice.upper, node.slice.step)
             ]
-            return container[slice(*parts)]  # type: ignore[index]
+            return container[slice(*parts)]
         key = self.eval(node.slice, env)
         try:
-            return container[key]  # type: ignore[index]
+            return container[key]
         except (KeyError, IndexError):
             raise self.fail(f"no item {_clip(repr(key), 40)} in the value") from None
 
@@ -453,7 +454,10 @@ class _Evaluator:
             args = [self._iterate(args[0])]
         elif len(args) != 1 and name not in ("min", "max"):
             raise self.fail(f"{name}() takes exactly one argument")
-        func = {"len": len, "abs": abs, "min": min, "max": max, "all": all, "any": any}[name]
+        funcs: dict[str, Callable[..., Any]] = {
+            "len": len, "abs": abs, "min": min, "max": max, "all": all, "any": any
+        }  # fmt: skip
+        func = funcs[name]
         try:
             return func(*args)
         except ExpressionError:

@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -179,7 +180,8 @@ async def _drive(
         workflow.wait_condition(lambda: ctx.state.pending_replan is not None)
     )
     try:
-        done, _ = await workflow.wait([agent, handle, replan], return_when=asyncio.FIRST_COMPLETED)
+        waits = cast(list[asyncio.Future[Any]], [agent, handle, replan])
+        done, _ = await workflow.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         replan.cancel()
     if handle in done or replan in done:

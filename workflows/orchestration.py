@@ -230,6 +230,7 @@ class Orchestration:
         model = "gated-session" if step.agent == "developer" else state.models[step.agent]
         state.start_step(step, key, workflow.now(), model=model)
         self._publish()
+        output: AgentOutput
         try:
             if step.agent == "developer":
                 output, usage = await self._develop(step, key)

@@ -32,7 +32,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -128,7 +128,7 @@ class OutputSummary(BaseModel):
     @classmethod
     def of(cls, key: str, agent: AgentName, output: BaseModel) -> OutputSummary:
         """The summary of ``output`` (any agent output model) under ``key``."""
-        return cls(key=key, agent=agent, json=output.model_dump_json())
+        return cls(key=key, agent=agent, json_text=output.model_dump_json())
 
 
 class ContextSections(BaseModel):
@@ -338,7 +338,7 @@ def render_sections(
     Returns:
         ``(markdown, names of the sections it holds)``.
     """
-    names = [cast(SectionName, n) for n in dict.fromkeys(strategy) if n in SECTIONS]
+    names = [n for n in dict.fromkeys(strategy) if n in SECTIONS]
     outputs, standards, left = list(sections.outputs), list(sections.standards), 0
     while True:
         parts = [(n, t) for n in names if (t := _section(n, sections, outputs, standards, left))]
@@ -368,7 +368,7 @@ def sections_for(state: OrchestrationState, step: StepRecord | None) -> ContextS
     return ContextSections(
         issue=state.issue,
         outputs=[
-            OutputSummary(key=o.key, agent=o.agent, json=json.dumps(o.output))
+            OutputSummary(key=o.key, agent=o.agent, json_text=json.dumps(o.output))
             for o in newest.values()
             if o.agent != "planner" and o.output
         ],

@@ -55,7 +55,16 @@ class GateRules:
     last_decision: str
     steps: list[StepRecord]
 
-    def log(self, now: datetime, kind: str, **fields: str) -> None:
+    def log(
+        self,
+        now: datetime,
+        kind: str,
+        *,
+        agent: str = "",
+        key: str = "",
+        actor: str = "",
+        detail: str = "",
+    ) -> None:
         raise NotImplementedError
 
     def fail(self, reason: str, now: datetime) -> None:

@@ -37,6 +37,7 @@ from phasegate.domain.errors import (
     WorkflowNotFound,
 )
 from phasegate.domain.orchestration.agents import (
+    STEP_AGENTS,
     AgentOutput,
     AnalysisResult,
     Issue,
@@ -566,7 +567,7 @@ class OrchestrationState(GateRules):
             if analysis and analysis.output
             else None,
             replan_reason=self.replan_reason or None,
-            done=[o.agent for o in self.outputs.values() if o.agent != "planner"],
+            done=[o.agent for o in self.outputs.values() if o.agent in STEP_AGENTS],
         )
 
     def claimed_files(self) -> list[str]:
