@@ -60,9 +60,6 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 
-# Temporal refuses the 2,001st update of a run; leave room for in-flight ones
-# (signals count too: a conservative, simple bound).
-UPDATES_BEFORE_CONTINUE = 1800
 _SIGNAL_RETIRED = "checkpoint-signal-retired"
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
@@ -95,9 +92,7 @@ class GatedSession:
     # ---- run -----------------------------------------------------------
 
     def _restore(self, carried: object) -> None:
-        self._state = SessionState.model_validate(carried)
-        self._state.runs += 1
-        self._state.note_run(workflow.info().run_id)
+        self._state = SessionState.from_carry(carried, workflow.info().run_id)
 
     @workflow.run
     async def run(self, start: StartSession) -> SessionSummary:
@@ -169,18 +164,10 @@ class GatedSession:
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
-        assert self._state is not None
-        limit = self._state.options.continue_as_new_after_events
-        # The event limit counts only once this run has handled a message, so a low
-        # limit can never make runs continue-as-new back to back on their own.
-        return (
-            info.is_continue_as_new_suggested()
-            or (
-                limit is not None
-                and self._messages_this_run > 0
-                and info.get_current_history_length() >= limit
-            )
-            or self._messages_this_run >= UPDATES_BEFORE_CONTINUE
+        return self._ready().continue_as_new_due(
+            suggested=info.is_continue_as_new_suggested(),
+            events=info.get_current_history_length(),
+            messages=self._messages_this_run,
         )
 
     # ---- checkpoint ----------------------------------------------------

@@ -70,7 +70,10 @@ __all__ = [
 
 MAX_REMEMBERED_SUBMISSIONS = session_bounds.MAX_REMEMBERED_SUBMISSIONS
 MAX_ATTEMPTS_WITH_EVIDENCE = 10  # current phase; older attempts keep digest and problems
-VERIFY_SLACK_SECONDS = 60.0  # verify activity: start-up, file and git checks, reporting
+VERIFY_SLACK_SECONDS = 60.0
+# Temporal refuses the 2,001st update of a run; leave room for in-flight ones
+# (signals count too: a conservative, simple bound).
+UPDATES_BEFORE_CONTINUE = 1800  # verify activity: start-up, file and git checks, reporting
 
 
 def evidence_size(evidence: dict[str, Any]) -> int:
@@ -508,6 +511,27 @@ class SessionState(BaseModel):
         # next_phase must never be sent to a completed (or undone) phase.
         current = result.current_phase == self.current.index and not self.finished
         return result.model_copy(update={"next_phase": self.next_view() if current else None})
+
+    @classmethod
+    def from_carry(cls, carried: object, run_id: str) -> SessionState:
+        """The state a continue-as-new handed to run ``run_id`` (only ever called once the
+        server has vouched for where it came from: ``workflows._kit.CarryGate``)."""
+        state = cls.model_validate(carried)
+        state.runs += 1
+        state.note_run(run_id)
+        return state
+
+    def continue_as_new_due(self, *, suggested: bool, events: int, messages: int) -> bool:
+        """Whether this run should hand over to a new one: Temporal suggests it, the
+        session's ``continue_as_new_after_events`` is reached once this run handled a
+        message (a low limit never makes runs continue back to back on their own), or
+        the run nears Temporal's 2,000 updates."""
+        limit = self.options.continue_as_new_after_events
+        return (
+            suggested
+            or (limit is not None and messages > 0 and events >= limit)
+            or messages >= UPDATES_BEFORE_CONTINUE
+        )
 
     def carry(self) -> dict[str, Any]:
         """The state as continue-as-new input, compacted until it fits the payload limit."""
