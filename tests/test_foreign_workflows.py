@@ -226,6 +226,31 @@ async def test_a_laundered_orchestration_state_is_refused(env, session_env, tmp_
     assert "'Launder' on task queue" in str(failure.cause)
 
 
+@pytest.mark.parametrize("workflow_type", ["GatedSession", "Orchestration"])
+async def test_both_workflows_refuse_a_start_with_carried_state(
+    env, session_env, tmp_path, workflow_type
+):
+    # The same forged inputs, the same refusal: one check (workflows._kit) for both.
+    _, settings = session_env
+    carried: dict[str, Any] = (
+        FORGED_SESSION
+        if workflow_type == "GatedSession"
+        else {"first_run_id": "", "replanned_count": 0, "replan_reason": "forged"}
+    )
+    start = (
+        {"workflow_type": "mini_v1", "target": "", "carried": carried}
+        if workflow_type == "GatedSession"
+        else {"issue": {"id": "1", "title": "t", "body": ""}, "carried": carried}
+    )
+    handle = await env.client.start_workflow(
+        workflow_type, start, id=f"forged-{uuid.uuid4().hex[:8]}", task_queue=settings.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as err:
+        await asyncio.wait_for(handle.result(), 60)
+    assert "cannot be started with carried state" in str(err.value.cause)
+    assert "not a continue-as-new" in str(err.value.cause)
+
+
 # ------------------------------------------------------------------------- borrowing
 
 
