@@ -117,8 +117,9 @@ def sample_spec(source: str) -> ParsedSpec:
             SpecTask(id="1.3", name="Optional task", optional=True, line=11),
         ],
     )
-    bare = SpecPhase(number=2, name="Bare phase", line=14,
-                     tasks=[SpecTask(id="T001", name="Only task", line=15)])  # fmt: skip
+    bare = SpecPhase(
+        number=2, name="Bare phase", line=14, tasks=[SpecTask(id="T001", name="Only task", line=15)]
+    )
     return ParsedSpec(source=source, title="Sample spec", phases=[full, bare])
 
 

@@ -75,9 +75,14 @@ def render_static_phase(
     gate_file = pdir / "gate-definition.yaml"
     gate = load_gate_file(gate_file, fallback_markdown=text)
     if not present(gate_file) and text and not gate.fields:
-        issues.append(LibraryIssue("warning", str(phase_md), "no gate-definition.yaml and no "
-                                   "requirements found in phase.md", "any evidence passes, as "
-                                   "in prAxIs' permissive fallback"))  # fmt: skip
+        issues.append(
+            LibraryIssue(
+                "warning",
+                str(phase_md),
+                "no gate-definition.yaml and no requirements found in phase.md",
+                "any evidence passes, as in prAxIs' permissive fallback",
+            )
+        )
     phase = PhaseDefinition(
         example_evidence=example_evidence(content),
         index=index,
@@ -105,9 +110,14 @@ def _render(renderer: Renderer, path: Path, ctx: dict[str, Any], issues: list[Li
     except DefinitionError as exc:
         legacy = ctx["legacy"]
         text = _LEGACY.sub(lambda m: str(legacy.get(m.group(1), m.group(0))), read_text(path))
-        issues.append(LibraryIssue("warning", exc.where or str(path), exc.message,
-                                   "served verbatim with [PLACEHOLDER] names filled, "
-                                   "as prAxIs serves it"))  # fmt: skip
+        issues.append(
+            LibraryIssue(
+                "warning",
+                exc.where or str(path),
+                exc.message,
+                "served verbatim with [PLACEHOLDER] names filled, as prAxIs serves it",
+            )
+        )
         return text
 
 

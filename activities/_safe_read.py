@@ -147,8 +147,13 @@ def read_bytes(
         if kind:
             raise _refuse(path, what, f"is {kind}, not a regular file", hint)
         if roots is not None and not inside(_opened_path(fd, path), roots):
-            raise _refuse(path, what, f"resolves to {_opened_path(fd, path)}, outside "
-                          f"{' and '.join(map(str, roots)) or 'every allowed folder'}", hint)  # fmt: skip
+            raise _refuse(
+                path,
+                what,
+                f"resolves to {_opened_path(fd, path)}, outside "
+                f"{' and '.join(map(str, roots)) or 'every allowed folder'}",
+                hint,
+            )
         chunks: list[bytes] = []
         left = limit + 1
         while left > 0:

@@ -228,9 +228,12 @@ def run_process(
     try:
         watchdog = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _WATCHDOG],
-            stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            process_group=0, env={},
-        )  # fmt: skip
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            process_group=0,
+            env={},
+        )
     except OSError as exc:
         os.close(read_end)
         os.close(write_end)
@@ -271,9 +274,14 @@ def run_process(
 def _start(argv: list[str], cwd: Path, env: dict[str, str], group: int) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
-            argv, cwd=cwd, env=env, process_group=group,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            argv,
+            cwd=cwd,
+            env=env,
+            process_group=group,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
         raise CheckFailed(f"command not found: {argv[0]}") from None
     except PermissionError:

@@ -284,28 +284,47 @@ def workflow_issues(workflow_dir: Path) -> list[LibraryIssue]:
     issues: list[LibraryIssue] = []
     if not present(meta_file):
         numbers = ", ".join(map(str, _phase_numbers(workflow_dir)))
-        issues.append(_warn(meta_file, "absent",
-                            f"phases taken from the phases/N/ folders ({numbers}), "
-                            "as prAxIs falls back to generated metadata"))  # fmt: skip
+        issues.append(
+            _warn(
+                meta_file,
+                "absent",
+                f"phases taken from the phases/N/ folders ({numbers}), "
+                "as prAxIs falls back to generated metadata",
+            )
+        )
     else:
         written = _raw_metadata(meta_file).get("workflow_type")
         if written not in (None, workflow_dir.name):
-            issues.append(_warn(f"{meta_file}: workflow_type",
-                                f"{written!r} differs from the folder name",
-                                f"the workflow is started as {workflow_dir.name!r}, "
-                                "the folder name, as in prAxIs"))  # fmt: skip
+            issues.append(
+                _warn(
+                    f"{meta_file}: workflow_type",
+                    f"{written!r} differs from the folder name",
+                    f"the workflow is started as {workflow_dir.name!r}, "
+                    "the folder name, as in prAxIs",
+                )
+            )
     meta = load_metadata(workflow_dir)
     if not meta.static_phases and not meta.dynamic_phases:
-        issues.append(LibraryIssue("error", str(meta_file), "no phases defined",
-                                   "the workflow cannot be started; list its phases"))  # fmt: skip
+        issues.append(
+            LibraryIssue(
+                "error",
+                str(meta_file),
+                "no phases defined",
+                "the workflow cannot be started; list its phases",
+            )
+        )
     listed = {p.phase_number for p in meta.static_phases}
     for phase in meta.static_phases:
         issues += _phase_issues(workflow_dir, phase)
     for n in _phase_numbers(workflow_dir):
         if n not in listed:
-            issues.append(_warn(workflow_dir / "phases" / str(n),
-                                "not listed in metadata.json phases",
-                                "not served (metadata.json decides the phases)"))  # fmt: skip
+            issues.append(
+                _warn(
+                    workflow_dir / "phases" / str(n),
+                    "not listed in metadata.json phases",
+                    "not served (metadata.json decides the phases)",
+                )
+            )
     return issues
 
 
@@ -313,26 +332,48 @@ def _phase_issues(workflow_dir: Path, phase: PhaseMetadata) -> list[LibraryIssue
     pdir = static_phase_dir(workflow_dir, phase)
     unservable = "the phase cannot be served; add phase.md or task-N-*.md files to its folder"
     if not pdir.is_dir():
-        return [LibraryIssue("error", str(pdir), f"phase {phase.phase_number} "
-                             f"({phase.phase_name or 'unnamed'}) has no folder", unservable)]  # fmt: skip
+        return [
+            LibraryIssue(
+                "error",
+                str(pdir),
+                f"phase {phase.phase_number} ({phase.phase_name or 'unnamed'}) has no folder",
+                unservable,
+            )
+        ]
     served, issues = served_tasks(workflow_dir, phase)
     has_md = present(pdir / "phase.md")
     if not has_md and not served:
-        return [LibraryIssue("error", str(pdir / "phase.md"),
-                             "absent, and the folder has no task-N-*.md files", unservable)]  # fmt: skip
+        return [
+            LibraryIssue(
+                "error",
+                str(pdir / "phase.md"),
+                "absent, and the folder has no task-N-*.md files",
+                unservable,
+            )
+        ]
     if not has_md:
         source = "metadata.json and " if present(workflow_dir / "metadata.json") else ""
-        issues.append(_warn(pdir / "phase.md", "absent",
-                            f"the phase is served from an overview built from {source}"
-                            f"its {len(served)} task file(s)"))  # fmt: skip
+        issues.append(
+            _warn(
+                pdir / "phase.md",
+                "absent",
+                f"the phase is served from an overview built from {source}"
+                f"its {len(served)} task file(s)",
+            )
+        )
     gate = pdir / "gate-definition.yaml"
     if not present(gate):
         if has_md:
             issues.append(_warn(gate, "absent", "requirements parsed from phase.md"))
         else:
-            issues.append(_warn(gate, "absent, and there is no phase.md to parse requirements from",
-                                "the phase has no evidence requirements: any evidence passes, "
-                                "as in prAxIs' permissive fallback"))  # fmt: skip
+            issues.append(
+                _warn(
+                    gate,
+                    "absent, and there is no phase.md to parse requirements from",
+                    "the phase has no evidence requirements: any evidence passes, "
+                    "as in prAxIs' permissive fallback",
+                )
+            )
     return issues
 
 

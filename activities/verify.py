@@ -152,11 +152,13 @@ class _Run:
         except Exception as exc:  # noqa: BLE001 - a broken check is a failed check
             result = self.result(check, False, f"check failed to run: {type(exc).__name__}: {exc}")
         elapsed = int((time.monotonic() - start) * 1000)
-        return result.model_copy(update={
-            "duration_ms": elapsed,
-            "message": redact(result.message, self.secrets),
-            "excerpt": redact(result.excerpt, self.secrets),
-        })  # fmt: skip
+        return result.model_copy(
+            update={
+                "duration_ms": elapsed,
+                "message": redact(result.message, self.secrets),
+                "excerpt": redact(result.excerpt, self.secrets),
+            }
+        )
 
     # ---- helpers -------------------------------------------------------
 
@@ -172,8 +174,9 @@ class _Run:
         """``value`` rendered for ``slot``; ``| path`` values resolve from ``base``."""
         resolve = partial(self.contained, base=base or self.workspace)
         try:
-            out, missing = render(value, self.req.evidence, self.session, quote=quote,
-                                  slot=slot, resolve_path=resolve)  # fmt: skip
+            out, missing = render(
+                value, self.req.evidence, self.session, quote=quote, slot=slot, resolve_path=resolve
+            )
         except EvidenceRefused as exc:
             raise CheckFailed(f"{what}: {exc}") from None
         if missing:
@@ -245,8 +248,13 @@ class _Run:
                 raise CheckFailed(f"stdout_pattern is not a valid regex: {exc}") from None
         shown = _clip(shlex.join(argv), 200)
         with Scratch() as scratch:
-            env = check_environment(os.environ, home=str(scratch.home), tmp=str(scratch.tmp),
-                                    declared=check.env, pass_env=self.pass_env)  # fmt: skip
+            env = check_environment(
+                os.environ,
+                home=str(scratch.home),
+                tmp=str(scratch.tmp),
+                declared=check.env,
+                pass_env=self.pass_env,
+            )
             output, code, timed_out = run_process(
                 interpreter_argv(argv), cwd, env, check.timeout_seconds
             )
@@ -314,8 +322,12 @@ class _Run:
         if match is None:
             return self.result(check, False, f"{rel} has no match for /{_clip(source, 120)}/")
         line = text.count("\n", 0, match.start()) + 1
-        return self.result(check, True, f"{rel} matches /{_clip(source, 120)}/ at line {line}",
-                           excerpt=_clip(match.group(0), self.limit))  # fmt: skip
+        return self.result(
+            check,
+            True,
+            f"{rel} matches /{_clip(source, 120)}/ at line {line}",
+            excerpt=_clip(match.group(0), self.limit),
+        )
 
     def _git_changed(self, check: GitChangedCheck) -> VerifyResult:
         specs = [
@@ -328,9 +340,11 @@ class _Run:
         base = self.req.base_commit
         found = _git(self.workspace, "rev-parse", "--verify", "-q", f"{base or 'HEAD'}^{{commit}}")
         if found.returncode not in (0, 1):  # 128: not a repository, or one git refuses
-            raise CheckFailed(f"{self.workspace} is not a usable git repository "
-                          f"({_clip(found.stderr.strip(), 200)}); run `git init` there and "
-                          "commit, or remove the git_changed check")  # fmt: skip
+            raise CheckFailed(
+                f"{self.workspace} is not a usable git repository "
+                f"({_clip(found.stderr.strip(), 200)}); run `git init` there and "
+                "commit, or remove the git_changed check"
+            )
         if found.returncode == 0:
             against = found.stdout.strip()
         elif base is None:  # a repository without commits yet: everything is new
@@ -338,9 +352,11 @@ class _Run:
         else:
             raise CheckFailed(f"base commit {base!r} is not in the repository at {self.workspace}")
         changed: set[str] = set()
-        for args in (("diff", "--name-only", "--relative", "-z", against),
-                     ("diff", "--cached", "--name-only", "--relative", "-z", against),
-                     ("ls-files", "--others", "--exclude-standard", "-z")):  # fmt: skip
+        for args in (
+            ("diff", "--name-only", "--relative", "-z", against),
+            ("diff", "--cached", "--name-only", "--relative", "-z", against),
+            ("ls-files", "--others", "--exclude-standard", "-z"),
+        ):
             done = _git(self.workspace, *args, "--", *specs)
             if done.returncode != 0:
                 raise CheckFailed(f"`git {args[0]}` failed: {_clip(done.stderr.strip(), 300)}")
@@ -361,12 +377,16 @@ class _Run:
         if listed is None or listed == []:
             raise CheckFailed(f"{ref} is missing or empty; list the files you changed")
         if not isinstance(listed, list):
-            raise CheckFailed(f'{ref} is a {type(listed).__name__}, not a list of paths; '
-                              'send e.g. ["src/app.py", "tests/test_app.py"]')  # fmt: skip
+            raise CheckFailed(
+                f"{ref} is a {type(listed).__name__}, not a list of paths; "
+                'send e.g. ["src/app.py", "tests/test_app.py"]'
+            )
         if len(listed) > check.max_files:
-            raise CheckFailed(f"{ref} lists {len(listed)} paths; the gate checks at most "
-                              f"{check.max_files}: list the files you changed, not whole "
-                              "generated trees")  # fmt: skip
+            raise CheckFailed(
+                f"{ref} lists {len(listed)} paths; the gate checks at most "
+                f"{check.max_files}: list the files you changed, not whole "
+                "generated trees"
+            )
         problems, absent, found, last = [], [], [], time.monotonic()
         for i, value in enumerate(listed):
             if time.monotonic() - last >= HEARTBEAT_SECONDS:
@@ -391,8 +411,10 @@ class _Run:
         deleted, why = self.deleted() if absent else (set(), "")
         missing = [rel for rel in absent if rel not in deleted]
         if missing:
-            problems.append(f"{_clip(', '.join(missing), 600)} "
-                            f"{'does' if len(missing) == 1 else 'do'} not exist{why}")  # fmt: skip
+            problems.append(
+                f"{_clip(', '.join(missing), 600)} "
+                f"{'does' if len(missing) == 1 else 'do'} not exist{why}"
+            )
         gone = [rel for rel in absent if rel in deleted]
         listing = excerpt("\n".join([*found, *(f"{rel} (deleted)" for rel in gone)]), self.limit)
         if problems:
@@ -427,8 +449,17 @@ class _Run:
                 if base is not None and found.returncode == 1:
                     why = f"lacks the session's base commit {base[:12]}"
                 return set(), f" (the workspace {why}, so no deletion can be confirmed)"
-            done = _git(self.workspace, "diff", "--no-renames", "--name-only", "--relative",
-                        "--diff-filter=D", "-z", found.stdout.strip(), "--")  # fmt: skip
+            done = _git(
+                self.workspace,
+                "diff",
+                "--no-renames",
+                "--name-only",
+                "--relative",
+                "--diff-filter=D",
+                "-z",
+                found.stdout.strip(),
+                "--",
+            )
         except CheckFailed as exc:
             return set(), f" ({exc}: a deletion cannot be confirmed)"
         if done.returncode != 0:
@@ -454,8 +485,10 @@ class _Run:
             what = repr(expected)
         ok = compare(actual, check.op, expected)
         if ok is None:
-            raise CheckFailed(f"{rel} {check.field} = {_clip(repr(actual), 80)} cannot be compared "
-                          f"with {check.op} {what}: not numbers")  # fmt: skip
+            raise CheckFailed(
+                f"{rel} {check.field} = {_clip(repr(actual), 80)} cannot be compared "
+                f"with {check.op} {what}: not numbers"
+            )
         verdict = "satisfied" if ok else "not satisfied"
         message = f"{rel} {check.field} = {_clip(repr(actual), 80)}; expected {check.op} {what}"
         return self.result(check, ok, f"{message} ({verdict})")
@@ -477,9 +510,17 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     argv = ["git", "--literal-pathspecs", "-c", "core.quotepath=off", "-c", "core.fsmonitor=false",
             *args]  # fmt: skip
     try:
-        return subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, errors="replace", timeout=_GIT_TIMEOUT, env=env,
-                              check=False)  # fmt: skip
+        return subprocess.run(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_GIT_TIMEOUT,
+            env=env,
+            check=False,
+        )
     except FileNotFoundError:
         raise CheckFailed("git is not installed on the worker; install git") from None
     except subprocess.TimeoutExpired:

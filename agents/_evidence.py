@@ -73,8 +73,11 @@ def _satisfying(expr: str, params: dict[str, Any], default: Any) -> Any:
     numbers = [v for v in params.values() if isinstance(v, (int, float))]
     candidates = [default, *literals, *numbers]
     if isinstance(default, list):  # len(x) >= N: as many items as the literals ask for
-        candidates += [[*default, *(f"item-{i}" for i in range(int(n)))] for n in literals
-                       if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1000]  # fmt: skip
+        candidates += [
+            [*default, *(f"item-{i}" for i in range(int(n)))]
+            for n in literals
+            if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1000
+        ]
     for lit in [*literals, *numbers]:
         if isinstance(lit, (int, float)) and not isinstance(lit, bool):
             candidates += [lit + 1, lit / 2, lit - 1, lit * 2]

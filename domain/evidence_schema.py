@@ -92,8 +92,11 @@ def describe_limits(schema: dict[str, Any]) -> str:
         parts.append(f">= {schema['minimum']}")
     if "maximum" in schema:
         parts.append(f"<= {schema['maximum']}")
-    for low, high, word in (("minLength", "maxLength", "length"), ("minItems", "maxItems", "items"),
-                            ("minProperties", "maxProperties", "keys")):  # fmt: skip
+    for low, high, word in (
+        ("minLength", "maxLength", "length"),
+        ("minItems", "maxItems", "items"),
+        ("minProperties", "maxProperties", "keys"),
+    ):
         if low in schema or high in schema:
             parts.append(f"{word} {schema.get(low, 0)}..{schema.get(high, '')}")
     if "pattern" in schema:

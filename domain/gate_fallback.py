@@ -87,8 +87,13 @@ class _Found:
     fields: dict[str, FieldSpec] = field(default_factory=dict)
     approval: bool | None = None
 
-    def add(self, name: str, description: str = "", ftype: FieldType | None = None,
-            validator: str | None = None) -> None:  # fmt: skip
+    def add(
+        self,
+        name: str,
+        description: str = "",
+        ftype: FieldType | None = None,
+        validator: str | None = None,
+    ) -> None:
         kind = ftype or _infer_type(name)
         old = self.fields.get(name)
         if old is not None:

@@ -91,8 +91,13 @@ class FieldSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> FieldSpec:
-        for key, kinds in (("min", NUMERIC_TYPES), ("max", NUMERIC_TYPES), ("min_length", SIZED_TYPES),
-                           ("max_length", SIZED_TYPES), ("pattern", ("string",))):  # fmt: skip
+        for key, kinds in (
+            ("min", NUMERIC_TYPES),
+            ("max", NUMERIC_TYPES),
+            ("min_length", SIZED_TYPES),
+            ("max_length", SIZED_TYPES),
+            ("pattern", ("string",)),
+        ):
             if getattr(self, key) is not None and self.type not in kinds:
                 raise ValueError(f"{key} does not apply to a {self.type} field")
         for low, high in (("min", "max"), ("min_length", "max_length")):

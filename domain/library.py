@@ -177,29 +177,35 @@ def reconcile_tasks(
         tid = str(tf.number)
         if tf.number in seen_numbers:
             tid = f"{tf.number}-{tf.slug}" if tf.slug else f"{tf.number}-{len(served) + 1}"
-            issues.append(_warn(
-                f"{folder_where}/{tf.file}",
-                f"a second file for task {tf.number} (besides {seen_numbers[tf.number]})",
-                f"both are served; this one has task id {tid!r}",
-            ))  # fmt: skip
+            issues.append(
+                _warn(
+                    f"{folder_where}/{tf.file}",
+                    f"a second file for task {tf.number} (besides {seen_numbers[tf.number]})",
+                    f"both are served; this one has task id {tid!r}",
+                )
+            )
         seen_numbers.setdefault(tf.number, tf.file)
         if meta is None:
             meta = TaskMetadata(task_number=tf.number, name=_title(tf.slug), file=tf.file)
             if listed:
-                issues.append(_warn(
-                    f"{folder_where}/{tf.file}",
-                    f"not listed in metadata.json {metadata_where.rsplit(': ', 1)[-1]}.tasks",
-                    f"served as task {tid} (the folder decides, as in prAxIs)",
-                ))  # fmt: skip
+                issues.append(
+                    _warn(
+                        f"{folder_where}/{tf.file}",
+                        f"not listed in metadata.json {metadata_where.rsplit(': ', 1)[-1]}.tasks",
+                        f"served as task {tid} (the folder decides, as in prAxIs)",
+                    )
+                )
         else:
             used.add(id(meta))
             if meta.task_number != tf.number:
                 k = next(i for i, t in enumerate(listed) if t is meta)
-                issues.append(_warn(
-                    f"{metadata_where}.tasks[{k}].task_number",
-                    f"{meta.task_number} for {tf.file}, whose name says task {tf.number}",
-                    f"served as task {tid}, in folder order",
-                ))  # fmt: skip
+                issues.append(
+                    _warn(
+                        f"{metadata_where}.tasks[{k}].task_number",
+                        f"{meta.task_number} for {tf.file}, whose name says task {tf.number}",
+                        f"served as task {tid}, in folder order",
+                    )
+                )
             meta = meta.model_copy(update={"file": tf.file})
         served.append(ServedTask(tid, meta, tf.file))
     slugs = {tf.slug: tf.file for tf in found}
@@ -209,11 +215,13 @@ def reconcile_tasks(
         name = t.file or f"task-{t.task_number}-*.md"
         moved = parse_task_file(t.file) if t.file else None
         also = f" (the folder has {slugs[moved.slug]})" if moved and moved.slug in slugs else ""
-        issues.append(_warn(
-            f"{metadata_where}.tasks[{k}].file",
-            f"names {name}, which is not in {label}/{also}",
-            "not served: prAxIs serves the task-N-*.md files the folder holds",
-        ))  # fmt: skip
+        issues.append(
+            _warn(
+                f"{metadata_where}.tasks[{k}].file",
+                f"names {name}, which is not in {label}/{also}",
+                "not served: prAxIs serves the task-N-*.md files the folder holds",
+            )
+        )
     return served, issues
 
 

@@ -317,8 +317,12 @@ def parse_checks(
             name. ``where`` is ``"<source>: verify[<i>].<field>"``.
     """
     if not isinstance(raw, list):
-        raise _error(source, "verify", f"expected a list of checks, got {type(raw).__name__}",
-                     "each check is a mapping with a kind: key")  # fmt: skip
+        raise _error(
+            source,
+            "verify",
+            f"expected a list of checks, got {type(raw).__name__}",
+            "each check is a mapping with a kind: key",
+        )
     known = None if known_fields is None else set(known_fields)
     checks: list[VerifyCheck] = []
     names: dict[str, int] = {}
@@ -401,8 +405,9 @@ def _check_templates(check: _Check, source: str, path: str, known: set[str] | No
             raise _error(source, f"{path}.value", "give value or evidence_field, not both", hint)
         if known is not None and evidence_field not in known:
             hint = f"declare it under evidence_schema (have: {', '.join(sorted(known))})"
-            raise _error(source, f"{path}.evidence_field",
-                         f"unknown evidence field {evidence_field!r}", hint)  # fmt: skip
+            raise _error(
+                source, f"{path}.evidence_field", f"unknown evidence field {evidence_field!r}", hint
+            )
     low, high = getattr(check, "min", None), getattr(check, "max", None)
     if low is not None and high is not None and low > high:
         raise _error(source, f"{path}.min", f"min ({low}) is greater than max ({high})")

@@ -100,12 +100,17 @@ class GateRules:
         verb = "approve" if decision == "approve" else "approve --reject"
         return self._refusal(
             Decision(
-                scope_id=self.orchestration_id, gate=gate, approver=approver, decision=decision,
-                comment=comment, nonce=nonce, signature=signature,
+                scope_id=self.orchestration_id,
+                gate=gate,
+                approver=approver,
+                decision=decision,
+                comment=comment,
+                nonce=nonce,
+                signature=signature,
                 binding=self.approval_binding(),
             ),
             how=f"phasegate orchestrate {verb} {self.orchestration_id} --as NAME",
-        )  # fmt: skip
+        )
 
     def replan_gate(self) -> int:
         """The number a signed replan request names (the next gate number)."""
@@ -130,12 +135,17 @@ class GateRules:
             )
         return self._refusal(
             Decision(
-                scope_id=self.orchestration_id, gate=self.replan_gate(), approver=actor,
-                decision="approve", comment=reason, nonce=nonce, signature=signature,
+                scope_id=self.orchestration_id,
+                gate=self.replan_gate(),
+                approver=actor,
+                decision="approve",
+                comment=reason,
+                nonce=nonce,
+                signature=signature,
                 binding=self.replan_binding(),
             ),
             how=how,
-        )  # fmt: skip
+        )
 
     def replan_binding(self) -> dict[str, str]:
         """What a signed replan request binds (``state`` shows it as ``replan_binding``):
