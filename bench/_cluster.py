@@ -71,7 +71,9 @@ class Cluster:
     def start_server(self) -> None:
         """Start (or restart, on the same file and port) the dev server; wait for its port."""
         self.server = DevServer(
-            port=self.port, db=self.db and str(self.db), log_file=str(self.root / "server.log")
+            port=self.port,
+            db=str(self.db) if self.db else None,
+            log_file=str(self.root / "server.log"),
         ).start(timeout=60)
 
     def kill_server(self) -> None:

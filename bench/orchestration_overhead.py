@@ -320,7 +320,7 @@ async def developer_runs(client: Client, task_queue: str, work: Path, runs: int)
     return lines
 
 
-def _median(rows: list[tuple[int, ...]]) -> tuple[int, ...]:
+def _median(rows: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(sorted(col)[len(col) // 2] for col in zip(*rows, strict=True))
 
 

@@ -35,9 +35,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 from phasegate.client import keys
-from phasegate.client._issue_files import load_profile, read_issue
-from phasegate.client._orchestrate_render import entry_line, render_plan
 from phasegate.client.api import PhasegateClient
+from phasegate.client.cli._issue_files import load_profile, read_issue
+from phasegate.client.cli._orchestrate_render import entry_line, render_plan
 from phasegate.client.devserver import DatabaseInUse, DevServer, choose_port
 from phasegate.client.orchestrations import OrchestrationClient
 from phasegate.domain.errors import PhasegateError
@@ -233,7 +233,7 @@ async def orchestrate(client: Any, settings: Settings, ui_url: str | None, key_d
     oc = OrchestrationClient(client, settings.task_queue)
     pg = PhasegateClient(client, settings.task_queue)
     await oc.start(issue, profile, orchestration_id=oid)
-    seen, approved = -1, set()
+    seen, approved = -1, set[int]()
     deadline = time.monotonic() + 180
     while True:
         view = await oc.state(oid)
