@@ -233,7 +233,7 @@ async def orchestrate(client: Any, settings: Settings, ui_url: str | None, key_d
     oc = OrchestrationClient(client, settings.task_queue)
     pg = PhasegateClient(client, settings.task_queue)
     await oc.start(issue, profile, orchestration_id=oid)
-    seen, approved = -1, set[int]()
+    seen, approved = -1, set[tuple[str, int]]()
     deadline = time.monotonic() + 180
     while True:
         view = await oc.state(oid)
