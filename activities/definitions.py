@@ -23,13 +23,11 @@ from phasegate.activities._phase_render import (
     render_static_phase,
     task_context,
 )
-from phasegate.activities._spec_input import (
+from phasegate.activities._spec_phases import (
     PHASE_LIMIT,
     check_phase_size,
     dynamic_context,
     dynamic_gate,
-    load_spec,
-    spec_roots,
 )
 from phasegate.activities.library import (
     WorkflowDir,
@@ -40,7 +38,8 @@ from phasegate.activities.library import (
     tree_stamp,
 )
 from phasegate.activities.rag import Retriever
-from phasegate.activities.snapshots import SPEC_LIMIT, SnapshotStore
+from phasegate.activities.snapshots import SnapshotStore
+from phasegate.activities.tasks_md import SPEC_LIMIT, read_spec
 from phasegate.activities.templates import Renderer
 from phasegate.domain.errors import DefinitionError, PhasegateError, SessionError
 from phasegate.domain.rag import RetrievalQuery, context_sections, pack
@@ -255,7 +254,14 @@ class DefinitionActivities:
                     if key == "spec_path"
                     else f"start it with --option {key}=PATH naming the spec's tasks.md or folder",
                 )
-            spec, spec_source = load_spec(self.snapshots, str(raw), req.target, self.spec_roots)
+            spec = read_spec(
+                str(raw),
+                target=req.target,
+                extra_roots=self.spec_roots,
+                limit=self.snapshots.max_spec_bytes,
+            )
+            self.snapshots.keep(spec)
+            spec_source = os.path.realpath(spec.source)
             self._check_not_library(spec_source)
             snapshot_id = spec.sha256
             total = static_count + len(spec.phases)
@@ -407,8 +413,9 @@ class DefinitionActivities:
             where = str(static_phase_dir(wf.path, meta_phase))
         else:
             assert ref.snapshot_id is not None
-            roots = spec_roots(ref.target, self.spec_roots)
-            spec = self.snapshots.get(ref.snapshot_id, ref.spec_source, roots=roots)
+            spec = self.snapshots.get(
+                ref.snapshot_id, ref.spec_source, target=ref.target, extra_roots=self.spec_roots
+            )
             spec_index = index - ref.static_phase_count
             phase = self._dynamic_phase(wf, session, spec, index, spec_index)
             where = f"{spec.source}:{spec.phases[spec_index].line}"

@@ -67,7 +67,7 @@ from phasegate.activities._workspace_files import (
     checked_root,
     orchestration_parts,
 )
-from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.activities.tasks_md import parse_tasks_md
 from phasegate.domain.errors import DefinitionError, SpecParseError
 from phasegate.domain.limits import MAX_PATH_CHARS
 from phasegate.domain.orchestration.agents import Issue, PlanOutput

@@ -33,7 +33,7 @@ from phasegate.activities._library_samples import (
     undefined_hint,
 )
 from phasegate.activities._phase_render import phase_context, task_context
-from phasegate.activities._spec_input import dynamic_context, dynamic_gate
+from phasegate.activities._spec_phases import dynamic_context, dynamic_gate
 from phasegate.activities.definitions import render_static_phase
 from phasegate.activities.library import (
     WorkflowDir,

@@ -9,22 +9,20 @@ hash to the same id.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import phasegate.activities._safe_read as safe_read
-from phasegate.activities.tasks_parser import parse_tasks_md
-from phasegate.domain.errors import DefinitionError
+from phasegate.activities.tasks_md import SPEC_LIMIT, read_spec
+from phasegate.domain.errors import DefinitionError, SpecParseError
 from phasegate.domain.spec import ParsedSpec
 
-__all__ = ["SPEC_LIMIT", "SnapshotStore"]
+__all__ = ["SnapshotStore"]
 
-SPEC_LIMIT = safe_read.MiB
-"""Largest tasks.md read (a 700-task spec is about 30 KiB)."""
 _SNAPSHOT_LIMIT = 64 * safe_read.MiB  # a stored parse of a SPEC_LIMIT spec fits easily
 
 
@@ -38,45 +36,23 @@ class SnapshotStore:
         self.max_spec_bytes = max_spec_bytes
         self._lock = threading.Lock()
 
-    def take(
-        self, spec_file: Path, *, roots: list[Path] | None = None, hint: str | None = None
-    ) -> ParsedSpec:
-        """Parse ``spec_file`` now and store the result; returns it (sha256 = id).
-
-        Args:
-            spec_file: The tasks.md to read: a regular UTF-8 file of at most
-                ``max_spec_bytes`` (see ``activities._safe_read``).
-            roots: When given, the file opened must lie inside one of these folders.
-            hint: What to do when the file is refused.
-
-        Raises:
-            DefinitionError: Missing, not a regular file, outside ``roots``, too large
-                or not UTF-8.
-            SpecParseError: The text holds no phases.
-        """
-        hint = hint or "pass --spec (MCP: spec_path) with the spec's tasks.md or its folder"
-        try:
-            data = safe_read.read_bytes(
-                spec_file,
-                limit=self.max_spec_bytes,
-                what="spec",
-                roots=roots,
-                hint=hint,
-                size_hint="split the spec into several specs, each its own session",
-            )
-        except FileNotFoundError:
-            raise DefinitionError("spec not found", where=str(spec_file), hint=hint) from None
-        text = safe_read.decode(data, spec_file, what="spec", hint="save tasks.md as UTF-8")
-        spec = parse_tasks_md(text, source=str(spec_file))
-        spec.sha256 = hashlib.sha256(data).hexdigest()
+    def keep(self, spec: ParsedSpec) -> ParsedSpec:
+        """Store ``spec`` (as ``activities.tasks_md.read_spec`` read it) under its sha256;
+        returns it."""
         self._save(spec)
         return spec
 
     def get(
-        self, snapshot_id: str, source: str | None = None, *, roots: list[Path] | None = None
+        self,
+        snapshot_id: str,
+        source: str | None = None,
+        *,
+        target: str | None = None,
+        extra_roots: Sequence[str] = (),
     ) -> ParsedSpec:
-        """The snapshot ``snapshot_id``; rebuilt from ``source`` (read inside ``roots``
-        when given) only if its bytes still hash to ``snapshot_id``."""
+        """The snapshot ``snapshot_id``; rebuilt from ``source`` (read as ``read_spec``
+        reads it, held to ``target`` and ``extra_roots`` when ``target`` is given) only if
+        its bytes still hash to ``snapshot_id``."""
         with self._lock:
             spec = self._memory.get(snapshot_id)
             if spec is not None:
@@ -89,9 +65,14 @@ class SnapshotStore:
             self._remember(spec)
             return spec
         if source and Path(source).is_file():
-            data = safe_read.read_bytes(source, limit=self.max_spec_bytes, what="spec", roots=roots)
-            if hashlib.sha256(data).hexdigest() == snapshot_id:
-                return self.take(Path(source), roots=roots)
+            try:
+                spec = read_spec(
+                    source, target=target, extra_roots=extra_roots, limit=self.max_spec_bytes
+                )
+            except SpecParseError:  # the snapshot's bytes parsed, so these are other bytes
+                spec = None
+            if spec is not None and spec.sha256 == snapshot_id:
+                return self.keep(spec)
         raise DefinitionError(
             f"spec snapshot {snapshot_id[:12]} is missing and {source or 'the source'} has changed",
             where=str(path),

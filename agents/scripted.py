@@ -46,7 +46,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.activities.tasks_md import read_spec
 from phasegate.agents._evidence import complete_evidence, example_evidence
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import PhasegateError
@@ -137,8 +137,8 @@ class _Agent:
 
     def _analyse(self, status: SessionView) -> dict[str, Any]:
         """Phase 0 of spec_execution_v1: read the spec, count, check, plan."""
-        path = self._spec_path()
-        spec = parse_tasks_md(path.read_text(encoding="utf-8"), source=str(path))
+        spec = read_spec(self._spec_path())
+        path = Path(spec.source)  # a folder's tasks.md
         if len(spec.phases) != status.total_phases - 1:
             _say(
                 f"warning: {path} has {len(spec.phases)} phases, the session "

@@ -2,8 +2,8 @@
 
 Parse: markdown-it-py tokenising alone (the parser's own ``MarkdownIt``: the
 share no change to the parser's own code removes), ``parse_tasks_md``, and
-parse + JSON snapshot (``SnapshotStore.take``), interleaved round by round so
-drift hits all three alike. Render: one dynamic phase of ``spec_execution_v1``,
+parse + JSON snapshot (``read_spec``, then ``SnapshotStore.keep``), interleaved round
+by round so drift hits all three alike. Render: one dynamic phase of ``spec_execution_v1``,
 first render (nothing cached) vs cached. All figures come from this one run.
 Targets: parse <= 100 ms p50; cached render <= 2 ms p50.
 
@@ -27,7 +27,8 @@ from phasegate.activities import library as library_module
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.library import find_workflow
 from phasegate.activities.snapshots import SnapshotStore
-from phasegate.activities.tasks_parser import _MD, generate_tasks_md, parse_tasks_md
+from phasegate.activities.tasks_md import generate_tasks_md, parse_tasks_md, read_spec
+from phasegate.activities.tasks_md._parse import _MD
 from phasegate.domain.session.messages import LoadSessionRequest, SessionOptions
 
 WORKFLOW = "spec_execution_v1"
@@ -48,7 +49,7 @@ def measure_parse(spec: Path, home: Path, runs: int) -> dict[str, list[float]]:
     snapshots = home / "snapshots"
 
     def take() -> None:
-        SnapshotStore(str(home)).take(spec)
+        SnapshotStore(str(home)).keep(read_spec(spec))
 
     steps: dict[str, Callable[[], object]] = {
         "tokenise": lambda: _MD.parse(text),

@@ -406,7 +406,7 @@ def remote(handler: Callable[[_Ctx], Awaitable[int]]) -> Callable[..., int]:
 
 def spec_parse(args: argparse.Namespace, settings: Settings) -> int:
     from phasegate.activities import _safe_read as safe_read
-    from phasegate.activities.tasks_parser import parse_tasks_md
+    from phasegate.activities.tasks_md import parse_tasks_md
 
     path = Path(args.path).expanduser()
     if path.is_dir():

@@ -43,9 +43,7 @@ def _target(target: str) -> None:
 
 def _spec(spec: str, target: str, extra_roots: list[str]) -> None:
     import phasegate.activities._safe_read as safe_read
-    from phasegate.activities._spec_input import spec_roots
-    from phasegate.activities.snapshots import SPEC_LIMIT
-    from phasegate.activities.tasks_parser import parse_tasks_md
+    from phasegate.activities.tasks_md import SPEC_LIMIT, parse_tasks_md, spec_roots
 
     where = f"--spec {spec}"
     hint = "pass the spec's tasks.md, or the folder holding it"

@@ -1,6 +1,6 @@
 """The parsed model of a spec's tasks.md: phases, tasks and validation gates.
 
-Produced by ``activities.tasks_parser.parse_tasks_md`` (markdown-it-py lives
+Produced by ``activities.tasks_md.read_spec`` (markdown-it-py lives
 there, not here) and consumed by the dynamic-phase renderer. Pure data.
 """
 

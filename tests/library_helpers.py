@@ -17,7 +17,7 @@ import yaml
 from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
-from phasegate.activities._spec_input import validation_items
+from phasegate.activities._spec_phases import validation_items
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.library import find_workflow
 from phasegate.domain.gates import GateDefinition, load_gate

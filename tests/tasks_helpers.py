@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.activities.tasks_md import parse_tasks_md
 from phasegate.domain.spec import ParsedSpec, SpecPhase, SpecTask
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"

@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         configure_models,
         run_llm_agent,
     )
-    from phasegate.activities.tasks_parser import parse_tasks_md
+    from phasegate.activities.tasks_md import parse_tasks_md
     from phasegate.domain.errors import PhasegateError
     from phasegate.domain.orchestration.agents import PlanOutput, StepUsage
     from phasegate.domain.settings import ProviderConfig, Settings

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         render_agent_prompt,
     )
     from phasegate.activities.rag import FtsIndex
-    from phasegate.activities.tasks_parser import parse_tasks_md
+    from phasegate.activities.tasks_md import parse_tasks_md
     from phasegate.domain.errors import DefinitionError
     from phasegate.domain.orchestration.agents import (
         AGENTS,

@@ -21,7 +21,7 @@ import pytest
 
 from phasegate.activities._library_samples import KNOWN_KEYS, sample_spec, variables
 from phasegate.activities._phase_render import phase_context, task_context
-from phasegate.activities._spec_input import dynamic_context
+from phasegate.activities._spec_phases import dynamic_context
 from phasegate.activities.library_check import check_library
 from phasegate.activities.templates import LEGACY_PLACEHOLDERS
 from phasegate.client.api import PhasegateClient

@@ -39,7 +39,7 @@ from phasegate.activities.developer import (
     DevSpecRequest,
     dev_tasks_md,
 )
-from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.activities.tasks_md import parse_tasks_md
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.orchestration.agents import Issue, PlanOutput

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phasegate.activities._spec_input import dynamic_gate as _dynamic_gate
+from phasegate.activities._spec_phases import dynamic_gate as _dynamic_gate
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import FieldSpec, GateDefinition
 from phasegate.domain.spec import SpecPhase, SpecTask

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from phasegate.activities._spec_input import dynamic_gate
+from phasegate.activities._spec_phases import dynamic_gate
 from phasegate.activities.library import load_gate_file
 from phasegate.activities.verify import VerifyActivities
 from phasegate.domain.errors import GateDefinitionError

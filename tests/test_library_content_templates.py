@@ -23,7 +23,7 @@ from library_helpers import (
     task_ctx,
 )
 
-from phasegate.activities._spec_input import dynamic_gate
+from phasegate.activities._spec_phases import dynamic_gate
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.spec import SpecPhase, SpecTask
 

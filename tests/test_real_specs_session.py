@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.activities.tasks_md import parse_tasks_md
 from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.testing import ScriptedAgent, known_good, unsigned_approver, workspace_for
 

@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from tasks_helpers import load, outline, parse, phase, task
 
-from phasegate.activities import tasks_parser
-from phasegate.activities.tasks_parser import EXPECTED_FORMAT_HINT, parse_tasks_md
+from phasegate.activities.tasks_md import EXPECTED_FORMAT_HINT, _parse, parse_tasks_md
 from phasegate.domain.errors import SpecParseError
 
 # --- code, trailing sections, ranges --------------------------------------------------
@@ -108,7 +107,7 @@ def test_tokens_are_exactly_commonmark_blocks(pieces: list[tuple[str, str]]) -> 
     def blocks(md: MarkdownIt) -> list[tuple[object, ...]]:
         return [(t.type, t.map, t.content, t.info, t.markup, t.level) for t in md.parse(text)]
 
-    assert blocks(tasks_parser._MD) == blocks(plain)
+    assert blocks(_parse._MD) == blocks(plain)
 
 
 def test_trailing_sections_end_the_last_phase() -> None:
@@ -201,7 +200,7 @@ def test_unexpected_exceptions_become_spec_parse_errors(monkeypatch: pytest.Monk
     def boom(_nodes: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(tasks_parser, "phase_layout", boom)
+    monkeypatch.setattr(_parse, "phase_layout", boom)
     with pytest.raises(SpecParseError, match="kaboom") as err:
         parse_tasks_md("## Phase 1: A\n- [ ] x\n", source="t.md")
     assert err.value.line == 1

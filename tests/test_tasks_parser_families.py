@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tasks_helpers import outline, parse, phase, task
 
-from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.activities.tasks_md import parse_tasks_md
 
 # --- spec-kit -----------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.activities.tasks_md import parse_tasks_md
 from phasegate.domain.errors import SpecParseError
 from phasegate.domain.spec import ParsedSpec
 

@@ -14,8 +14,8 @@ import time
 import pytest
 from tasks_helpers import phase, task
 
-from phasegate.activities._tasks_md_text import match_phase, parse_head, parse_label
-from phasegate.activities.tasks_parser import generate_tasks_md, parse_tasks_md
+from phasegate.activities.tasks_md import generate_tasks_md, parse_tasks_md
+from phasegate.activities.tasks_md._text import match_phase, parse_head, parse_label
 from phasegate.domain.errors import SpecParseError
 
 # --- small inputs, one rule each ---------------------------------------------------

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from phasegate.activities._tasks_md_text import match_phase, parse_head, phase_number
-from phasegate.activities.tasks_parser import parse_tasks_md
+from phasegate.activities.tasks_md import parse_tasks_md
+from phasegate.activities.tasks_md._text import match_phase, parse_head, phase_number
 from phasegate.domain.spec import ParsedSpec, SpecTask
 
 REAL = Path(__file__).parent / "fixtures" / "tasks" / "real"

@@ -119,7 +119,7 @@ def test_plan_and_history_lines_escape_what_agents_wrote() -> None:
 
 
 def test_spec_names_are_escaped() -> None:
-    from phasegate.activities.tasks_parser import parse_tasks_md
+    from phasegate.activities.tasks_md import parse_tasks_md
 
     spec = parse_tasks_md(
         f"## Phase 1: Setup\x1b[2K\n\n- [ ] 1.1 {ATTACK}\n- [ ] 1.2 café 🚀\n", source="t.md"

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from markdown_it.token import Token
 
-from phasegate.activities._tasks_md_text import strip_checkbox
+from phasegate.activities.tasks_md._text import strip_checkbox
 
 T = TypeVar("T")
 

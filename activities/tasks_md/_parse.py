@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import hashlib
 
-from phasegate.activities._tasks_md_markdown import blank_front_matter, block_parser
-from phasegate.activities._tasks_md_numbered import walk_numbered
-from phasegate.activities._tasks_md_text import plain_heading
-from phasegate.activities._tasks_md_tree import LISTS, Node, build_tree, drain, item_text
-from phasegate.activities._tasks_md_walk import PhaseHeadingWalker, phase_layout
+from phasegate.activities.tasks_md._markdown import blank_front_matter, block_parser
+from phasegate.activities.tasks_md._numbered import walk_numbered
+from phasegate.activities.tasks_md._text import plain_heading
+from phasegate.activities.tasks_md._tree import LISTS, Node, build_tree, drain, item_text
+from phasegate.activities.tasks_md._walk import PhaseHeadingWalker, phase_layout
 from phasegate.domain.errors import SpecParseError
 from phasegate.domain.spec import ParsedSpec, ParseWarning
 
@@ -44,7 +44,7 @@ EXPECTED_FORMAT_HINT = (
     "('1. Set up' or '- [ ] 1. Set up') whose nested items are the tasks"
 )
 
-# Block structure only; see _tasks_md_markdown for what is off and why.
+# Block structure only; see _markdown for what is off and why.
 # Private, but benchmarks time ``_MD.parse`` alone as the tokenising baseline.
 _MD = block_parser()
 

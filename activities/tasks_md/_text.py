@@ -1,7 +1,7 @@
 """String helpers for the tasks.md parser: each works on ONE heading or inline text.
 
 Structure (what is a heading, a list item, a code block) comes from markdown-it's
-token stream in ``_tasks_md_walk``; these helpers only read the text of a single
+token stream in ``_walk``; these helpers only read the text of a single
 heading or list item: checkbox state, task id, ``[P]``/``[USn]`` markers,
 ``Label: value`` metadata and the phase-heading pattern.
 """

@@ -1,6 +1,6 @@
 """Walking a tasks.md whose phases are headings, over its top-level blocks.
 
-``## Phase N: Name`` headings open phases (``_tasks_md_numbered`` handles files
+``## Phase N: Name`` headings open phases (``_numbered`` handles files
 without any). Which headings count:
 
 * the usual level is the most common level of phase headings; one level up
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from phasegate.activities._tasks_md_build import PhaseDraft, PhaseSink, TaskDraft, TaskSink
-from phasegate.activities._tasks_md_text import (
+from phasegate.activities.tasks_md._build import PhaseDraft, PhaseSink, TaskDraft, TaskSink
+from phasegate.activities.tasks_md._text import (
     gate_phase_number,
     is_gate_title,
     is_non_phase_section,
@@ -35,7 +35,7 @@ from phasegate.activities._tasks_md_text import (
     phase_number,
     plain_heading,
 )
-from phasegate.activities._tasks_md_tree import (
+from phasegate.activities.tasks_md._tree import (
     LISTS,
     Node,
     drain,

@@ -1,34 +1,16 @@
-"""Where a session's spec may come from, the gate a spec phase gets, and the size a
-rendered phase may reach.
+"""From a parsed spec to a session's phases: the gate a spec phase gets, the context
+its templates render with, and the size a rendered phase may reach.
 
-``options.spec_path`` is start input: whoever starts a session chooses it, an agent
-included (trust level 1, the MCP ``start_session`` tool). It is read on the worker,
-so it is held to the session's own folder:
-
-* a relative path is taken against the target; a folder means its ``tasks.md``
-  (nothing else in the folder is read);
-* the real path (symlinks and ``..`` resolved) must lie inside the target, or inside
-  one of the worker's extra spec roots; a symlink inside the target that stays
-  inside is fine, one that leads out is refused, checked on the file actually opened;
-* the file must be a regular UTF-8 file of at most ``max_spec_bytes`` (see
-  ``activities._safe_read``): ``/dev/zero``, a named pipe or a 50 MB file is refused
-  at once, without reading it.
-
-Every refusal is a ``DefinitionError`` (never retried), so the session's start fails
-with the reason. The target itself is start input too: the containment keeps a read
-inside the project the session works on, it does not stop a starter who names ``/``
-as the target (bound targets in the deployment for that).
+Reading the spec itself is ``activities.tasks_md.read_spec``.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import phasegate.activities._safe_read as safe_read
 from phasegate.activities._phase_render import phase_context
-from phasegate.activities.snapshots import SnapshotStore
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.gate_fallback import checklist_fields
 from phasegate.domain.gates import FieldSpec, GateDefinition, GateRule
@@ -40,79 +22,11 @@ __all__ = [
     "check_phase_size",
     "dynamic_context",
     "dynamic_gate",
-    "load_spec",
-    "spec_roots",
     "validation_items",
 ]
 
 PHASE_LIMIT = 512 * safe_read.KiB
 """Largest rendered phase (its JSON) served; a 700-task phase renders to about 2 MB."""
-
-
-def spec_roots(target: str, extra: list[str]) -> list[Path]:
-    """The folders a spec may be read from: the target (when it is a folder) and ``extra``."""
-    roots = [target] if target and Path(target).is_dir() else []
-    return [safe_read.real_path(r) for r in [*roots, *extra] if r and Path(r).is_dir()]
-
-
-def _hint(target: str) -> str:
-    where = f"the target {target}" if target else "the target"
-    return (
-        f"the spec must be a regular file or folder inside {where}; pass --spec (MCP: "
-        "spec_path) with a path inside TARGET, or list its folder in the worker's "
-        "PHASEGATE_SPEC_ROOTS"
-    )
-
-
-def load_spec(
-    store: SnapshotStore, raw: str, target: str, extra_roots: list[str]
-) -> tuple[ParsedSpec, str]:
-    """Resolve ``raw`` (``options.spec_path``), read it within bounds and snapshot it.
-
-    Args:
-        store: Where the parsed spec is kept (its ``max_spec_bytes`` caps the read).
-        raw: The spec's tasks.md or its folder, absolute or relative to ``target``.
-        target: The session's target folder ("" for none).
-        extra_roots: Folders the worker also accepts specs from.
-
-    Returns:
-        The parsed spec and its source (the real path), as ``DefinitionRef.spec_source``.
-
-    Raises:
-        DefinitionError: The path is outside the target and the extra roots, is not a
-            regular file, is too large or is not UTF-8; ``where`` is the path.
-        SpecParseError: The file holds no phases.
-    """
-    hint = _hint(target)
-    path = Path(raw).expanduser()
-    if not path.is_absolute():
-        if not (target and Path(target).is_dir()):
-            raise DefinitionError(
-                "a relative --spec (MCP: spec_path) needs a TARGET folder to resolve against",
-                where=raw,
-                hint=hint,
-            )
-        path = Path(target) / path
-    roots = spec_roots(target, extra_roots)
-    if not roots:
-        problem = f"the target {target} is not a folder" if target else "the session has no target"
-        raise DefinitionError(
-            f"no folder to read the spec from: {problem}",
-            where=str(path),
-            hint=hint,
-        )
-    if not safe_read.inside(path, roots):
-        real = safe_read.real_path(path)
-        really = f" (it resolves to {real})" if real != path else ""
-        raise DefinitionError(
-            f"the spec is outside {' and '.join(map(str, roots))}{really}",
-            where=str(path),
-            hint=hint,
-        )
-    if path.is_dir():
-        path = path / "tasks.md"
-    spec = store.take(path, roots=roots, hint=hint)
-    return spec, str(safe_read.real_path(path))
 
 
 def check_phase_size(phase: PhaseDefinition, limit: int, *, where: str, spec: bool) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from phasegate.activities._tasks_md_text import (
+from phasegate.activities.tasks_md._text import (
     Head,
     Label,
     parse_head,
@@ -19,7 +19,7 @@ from phasegate.activities._tasks_md_text import (
     split_values,
     status_word,
 )
-from phasegate.activities._tasks_md_tree import (
+from phasegate.activities.tasks_md._tree import (
     CODE,
     LISTS,
     Node,

@@ -18,15 +18,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from phasegate.activities._tasks_md_build import PhaseDraft, PhaseSink, ordinal_of, split_head
-from phasegate.activities._tasks_md_text import (
+from phasegate.activities.tasks_md._build import PhaseDraft, PhaseSink, ordinal_of, split_head
+from phasegate.activities.tasks_md._text import (
     Head,
     is_non_phase_section,
     parse_head,
     parse_label,
     plain_heading,
 )
-from phasegate.activities._tasks_md_tree import LISTS, Node, first_line, item_text
+from phasegate.activities.tasks_md._tree import LISTS, Node, first_line, item_text
 from phasegate.domain.spec import ParseWarning
 
 
