@@ -34,11 +34,11 @@ from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from phasegate.activities.agent_prompts import configure_agent_prompts, render_agent_prompt
-from phasegate.activities.agents import check_model, configure_models
+from phasegate.activities.agent_prompts import AgentPrompts
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.developer import DeveloperActivities
 from phasegate.activities.metrics import MeteredVerify
+from phasegate.activities.model_providers import ModelProviders
 from phasegate.activities.notify import notify_webhook
 from phasegate.activities.orchestration import OrchestrationActivities
 from phasegate.activities.provenance import CallerCheck, ProvenanceActivities
@@ -226,8 +226,9 @@ def _main_worker(
         target_roots=settings.target_roots,
         prefetch=settings.prefetch,
     )
-    configure_models(settings.model_providers)
-    configure_agent_prompts(
+    # This worker's own prompts and model providers (two workers in a process differ).
+    models = ModelProviders.from_settings(settings)
+    prompts = AgentPrompts(
         settings.library_paths,
         retriever=_LazyRetriever(rag),
         context_tokens=settings.context_tokens,
@@ -235,7 +236,7 @@ def _main_worker(
     )
     orchestration = OrchestrationActivities(
         default_models=dict(settings.models),
-        check_model=lambda agent, model: check_model(agent, model, settings),
+        check_model=models.check,
         approver_keys=load_approver_keys(settings.approver_keys_file),
         allow_unsigned_approvals=settings.allow_unsigned_approvals,
         target_roots=settings.target_roots,
@@ -258,7 +259,7 @@ def _main_worker(
             orchestration.orchestration_setup,
             orchestration.verify_plan,
             orchestration.store_output,
-            render_agent_prompt,
+            prompts.render_agent_prompt,
             # write_dev_spec, run_coding_agent: the worker's own coding agents, target roots
             *DeveloperActivities.from_settings(
                 settings, temporal_address=client.service_client.config.target_host
@@ -267,8 +268,9 @@ def _main_worker(
         ],
         activity_executor=executor,
         max_concurrent_activities=threads if isinstance(threads, int) else None,
-        # Registers the agents' model-request activities (Orchestration.__pydantic_ai_agents__).
-        plugins=[PydanticAIPlugin()],
+        # Registers the agents' model-request activities (Orchestration.__pydantic_ai_agents__);
+        # the model ids in them resolve with this worker's providers.
+        plugins=[PydanticAIPlugin(), models.plugin()],
         interceptors=[caller_check(client, settings)],
     )
 

@@ -24,9 +24,11 @@ data in both, never template code. Errors are ``DefinitionError`` naming
 ``file:line`` (front matter, syntax, an undefined variable) with what to do; the
 activity raises them non-retryable.
 
-The worker calls :func:`configure_agent_prompts` with its library path and retriever
-(``worker.py``); unconfigured, the shipped library is used and no standards are
-retrieved.
+Configuration is per worker, never per process: each worker builds its own
+:class:`AgentPrompts` (its library path, retriever and context budget) and registers
+that object's :meth:`AgentPrompts.render_agent_prompt` method as the activity
+(``worker.py``), so two workers in one process render from their own libraries.
+:data:`render_agent_prompt` names the same activity for workflow code.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import yaml
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError
@@ -71,7 +74,6 @@ __all__ = [
     "AgentPromptRequest",
     "AgentPrompts",
     "AgentTemplate",
-    "configure_agent_prompts",
     "render_agent_prompt",
 ]
 
@@ -341,6 +343,19 @@ class AgentPrompts:
                 problems.append(str(exc))
         return problems
 
+    @activity.defn(name="render_agent_prompt")
+    async def render_agent_prompt(self, req: AgentPromptRequest) -> AgentPrompt:
+        """Render ``req.agent``'s instructions and user message (see the module docstring).
+
+        Raises:
+            ApplicationError: Non-retryable, type ``definition_invalid`` or
+                ``template_not_found``, with ``file:line`` in its details.
+        """
+        try:
+            return await asyncio.to_thread(self.render, req)
+        except PhasegateError as exc:
+            raise application_error(exc) from None
+
 
 def _sample_request(agent: AgentName) -> AgentPromptRequest:
     issue = Issue(id="1", title="Sample issue", body="A sample body.", labels=["bug"])
@@ -356,48 +371,9 @@ def _sample_request(agent: AgentName) -> AgentPromptRequest:
     return AgentPromptRequest(agent=agent, sections=sections, working_dir=".", session_id="s-1")
 
 
-_current = AgentPrompts()
-_current_lock = threading.Lock()
-
-
-def configure_agent_prompts(
-    library_paths: Sequence[str] = (),
-    *,
-    retriever: Retriever | None = None,
-    context_tokens: int = 1200,
-    context_k: int = 5,
-) -> AgentPrompts:
-    """Point ``render_agent_prompt`` at the worker's libraries and RAG index.
-
-    Args:
-        library_paths: ``settings.library_paths`` (the shipped library is added last).
-        retriever: The worker's index (as the render activity's ``_LazyRetriever``).
-        context_tokens: ``settings.context_tokens``.
-        context_k: ``settings.context_k``.
-
-    Returns:
-        The configured renderer (``.check()`` lists broken prompts, for a start-up check).
-    """
-    global _current
-    prompts = AgentPrompts(
-        library_paths, retriever=retriever, context_tokens=context_tokens, context_k=context_k
-    )
-    with _current_lock:
-        _current = prompts
-    return prompts
-
-
-@activity.defn
-async def render_agent_prompt(req: AgentPromptRequest) -> AgentPrompt:
-    """Render ``req.agent``'s instructions and user message (see the module docstring).
-
-    Raises:
-        ApplicationError: Non-retryable, type ``definition_invalid`` or
-            ``template_not_found``, with ``file:line`` in its details.
-    """
-    with _current_lock:
-        prompts = _current
-    try:
-        return await asyncio.to_thread(prompts.render, req)
-    except PhasegateError as exc:
-        raise application_error(exc) from None
+render_agent_prompt = cast(
+    "Callable[[AgentPromptRequest], Awaitable[AgentPrompt]]", AgentPrompts.render_agent_prompt
+)
+"""The ``render_agent_prompt`` activity (:meth:`AgentPrompts.render_agent_prompt`), for
+``workflow.execute_activity``: Temporal schedules it by name; the worker registers the
+method of its own :class:`AgentPrompts`."""

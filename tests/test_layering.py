@@ -129,6 +129,19 @@ def test_worker_does_not_import_the_client() -> None:
     assert not [i for i in imports if i.startswith("phasegate.client")]
 
 
+def test_production_code_never_imports_testing() -> None:
+    """STYLE.md 15: test doubles build on the product, never the other way round; what
+    the worker runs (the scripted coding agent, the demo models) lives with it."""
+    bad = {}
+    for module, path in MODULES.items():
+        if module.split(".")[:2] == ["phasegate", "testing"]:
+            continue
+        found = [i for i in _all_imports(path) if i.split(".")[:2] == ["phasegate", "testing"]]
+        if found:
+            bad[str(path.relative_to(ROOT))] = sorted(found)
+    assert not bad, f"production code imports phasegate.testing: {bad}"
+
+
 def test_workflows_call_activities_by_function() -> None:
     calls = ("execute_activity", "execute_local_activity", "start_activity", "start_local_activity")
     for path in sorted((ROOT / "workflows").glob("*.py")):

@@ -1,4 +1,7 @@
-"""The ``demo`` model: offline, deterministic, canned answers per agent. Not an LLM.
+"""The ``demo`` models: offline, deterministic, canned answers per agent. Not an LLM.
+
+Production code (the worker resolves the model id ``demo`` to them, see
+:mod:`phasegate.activities.model_providers`); ``phasegate.testing`` re-exports them.
 
 ``make demo`` and first runs with no API key use it: every agent answers at once, with
 text built from keywords of the prompt (the issue and earlier outputs) and marked
