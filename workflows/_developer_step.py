@@ -31,13 +31,12 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.activities.developer import (
         CodingAgentRequest,
         DeveloperActivities,
-        DevSpecRequest,
         command_ref,
     )
     from phasegate.activities.orchestration import DEVELOPER_WORKFLOW
     from phasegate.domain.errors import DeveloperFailed
     from phasegate.domain.orchestration import developer
-    from phasegate.domain.orchestration.agents import DeveloperResult, PlanOutput, StepUsage
+    from phasegate.domain.orchestration.agents import DeveloperResult, StepUsage
     from phasegate.domain.orchestration.context import AgentPromptRequest
     from phasegate.domain.orchestration.messages import StepRecord
     from phasegate.domain.orchestration.state import OrchestrationState
@@ -71,26 +70,11 @@ async def develop(
     """Run the developer's gated session to completion (or to its refusal)."""
     state = ctx.state
     info = workflow.info()
-    architect = state.latest("architect")
-    review = state.latest("reviewer")
     attempt = developer.attempt_of(key)
     spec = await workflow.execute_activity_method(
         DeveloperActivities.write_dev_spec,
-        DevSpecRequest(
-            working_dir=ctx.working_dir,
-            orchestration_id=info.workflow_id,
-            attempt=attempt,
-            issue=state.issue,
-            plan=PlanOutput.model_validate(architect.output)
-            if architect and architect.output and not architect.ref
-            else None,
-            plan_ref=architect.ref if architect else None,
-            plan_sha256=architect.sha256 if architect and architect.ref else None,
-            review_comments=[str(c) for c in review.output.get("comments", [])]
-            if review and not review.output.get("approved", True)
-            else [],
-            review_ref=review.ref if review and not review.output.get("approved", True) else None,
-            review_sha256=review.sha256 if review and review.ref else None,
+        developer.spec_request(
+            state, working_dir=ctx.working_dir, orchestration_id=info.workflow_id, attempt=attempt
         ),
         start_to_close_timeout=SHORT,
         retry_policy=RETRY,

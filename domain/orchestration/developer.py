@@ -15,9 +15,14 @@ every judgement it needs is here, so it is unit-tested without a server:
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from phasegate.domain.errors import DeveloperFailed
-from phasegate.domain.orchestration.agents import DeveloperResult
+from phasegate.domain.orchestration.activities import DevSpecRequest
+from phasegate.domain.orchestration.agents import DeveloperResult, PlanOutput
+
+if TYPE_CHECKING:
+    from phasegate.domain.orchestration.state import OrchestrationState
 
 __all__ = [
     "agent_stopped",
@@ -26,6 +31,7 @@ __all__ = [
     "session_id",
     "session_outcome",
     "session_taken",
+    "spec_request",
     "superseded",
     "timed_out",
 ]
@@ -37,6 +43,30 @@ _TAIL_SHOWN = 600  # characters of the agent's last output quoted in a failure
 def attempt_of(key: str) -> int:
     """The developer's pass (1, 2, …) of the output key ``developer_<n>``."""
     return int(key.rsplit("_", 1)[1]) + 1
+
+
+def spec_request(
+    state: OrchestrationState, *, working_dir: str, orchestration_id: str, attempt: int
+) -> DevSpecRequest:
+    """What ``write_dev_spec`` writes the developer's spec from: the issue, the
+    architect's plan (inline, or its file and digest when it travels by reference) and,
+    after a rejecting review, its comments (likewise)."""
+    architect = state.latest("architect")
+    review = state.rejected_review()
+    latest_review = state.latest("reviewer")
+    inline_plan = architect is not None and bool(architect.output) and not architect.ref
+    return DevSpecRequest(
+        working_dir=working_dir,
+        orchestration_id=orchestration_id,
+        attempt=attempt,
+        issue=state.issue,
+        plan=PlanOutput.model_validate(architect.output) if architect and inline_plan else None,
+        plan_ref=architect.ref if architect else None,
+        plan_sha256=architect.sha256 if architect and architect.ref else None,
+        review_comments=state.review_comments(),
+        review_ref=review.ref if review else None,
+        review_sha256=latest_review.sha256 if latest_review and latest_review.ref else None,
+    )
 
 
 def session_id(orchestration_id: str, replanned: int, attempt: int) -> str:
