@@ -87,7 +87,7 @@ def load_approver_keys(
             text = Path(value).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise PhasegateError(
-                f"cannot read the key file: {exc.strerror or exc}",
+                f"cannot read the key file: {getattr(exc, 'strerror', None) or exc}",
                 where=where,
                 hint=f"set {variable} to a JSON list of {{name, public_key}}, one exported "
                 "object (phasegate keys export NAME), or the path of a file holding either",
@@ -235,7 +235,7 @@ def _main_worker(
         context_k=settings.context_k,
     )
     orchestration = OrchestrationActivities(
-        default_models=dict(settings.models),
+        default_models={str(agent): model for agent, model in settings.models.items()},
         check_model=models.check,
         approver_keys=load_approver_keys(settings.approver_keys_file),
         allow_unsigned_approvals=settings.allow_unsigned_approvals,

@@ -19,6 +19,7 @@ phasegate does or what to do.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -217,7 +218,7 @@ def _check_dynamic(
             report.errors.append(f"{meta_file}: dynamic_config.templates.{key} missing")
             continue
         path = wdir / tpl
-        if _collect(report, lambda p=path: renderer.check(p)):
+        if _collect(report, functools.partial(renderer.check, path)):
             templates[key] = path
     base_file = wdir / "phases" / "dynamic" / "gate-definition.yaml"
     base = GateDefinition(source=f"{base_file} (absent)")

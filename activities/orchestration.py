@@ -101,7 +101,8 @@ class OrchestrationActivities:
         """Check a run's profile on the worker: models, working directory, approvers."""
         profile = req.profile
         problems: list[str] = []
-        models = {"planner": "rules", **self.default_models, **profile.models}
+        models: dict[str, str] = {"planner": "rules", **self.default_models}
+        models.update(profile.models)
         needed = ["planner", *(a for a in STEP_AGENTS if a != "developer")]
         if profile.orchestration_mode == "fixed":
             needed = ["architect", "reviewer"]

@@ -285,7 +285,8 @@ class _Run:
         pattern = self.text(check.pattern, "pattern", glob_escape)
         if pattern.startswith("/") or ".." in Path(pattern).parts:
             raise CheckFailed(f"pattern {pattern!r} leaves the workspace; use a relative pattern")
-        matches, outside, last = [], 0, time.monotonic()
+        matches: list[str] = []
+        outside, last = 0, time.monotonic()
         try:
             for found in self.workspace.glob(pattern):
                 if time.monotonic() - last >= HEARTBEAT_SECONDS:

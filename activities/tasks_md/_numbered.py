@@ -179,8 +179,8 @@ def _numbered_phase(group: _Item, warnings: list[ParseWarning]) -> PhaseDraft:
                     sink.task_from_item(sub, inherit=head.status)
     else:
         sink.task_from_item(item)
-    for sub in group.subtasks:
-        sink.task_from_item(sub.node, split=split_head(item_text(sub.node)[0]))
+    for subtask in group.subtasks:
+        sink.task_from_item(subtask.node, split=split_head(item_text(subtask.node)[0]))
     return phase
 
 
