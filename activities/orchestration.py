@@ -102,7 +102,7 @@ class OrchestrationActivities:
         profile = req.profile
         problems: list[str] = []
         models: dict[str, str] = {"planner": "rules", **self.default_models}
-        models.update(profile.models)
+        models.update({str(agent): model for agent, model in profile.models.items()})
         needed = ["planner", *(a for a in STEP_AGENTS if a != "developer")]
         if profile.orchestration_mode == "fixed":
             needed = ["architect", "reviewer"]
