@@ -115,20 +115,23 @@ def _parse(path: Path, text: str, env: SandboxedEnvironment) -> AgentTemplate:
     """Front matter and body of a prompt file; errors name ``path:line``."""
     m = _FRONT.match(text)
     if not m:
-        raise DefinitionError("the agent prompt has no front matter", where=f"{path}:1",
-                              hint=_FRONT_HINT)  # fmt: skip
+        raise DefinitionError(
+            "the agent prompt has no front matter", where=f"{path}:1", hint=_FRONT_HINT
+        )
     try:
         data = yaml.safe_load(m.group(1))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 2 if mark is not None else 1
         problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise DefinitionError(f"front matter: {problem}", where=f"{path}:{line}",
-                              hint=_FRONT_HINT) from None  # fmt: skip
+        raise DefinitionError(
+            f"front matter: {problem}", where=f"{path}:{line}", hint=_FRONT_HINT
+        ) from None
     lines = _key_lines(m.group(1))
     if not isinstance(data, dict):
-        raise DefinitionError("front matter must be a mapping with a context key",
-                              where=f"{path}:2", hint=_FRONT_HINT)  # fmt: skip
+        raise DefinitionError(
+            "front matter must be a mapping with a context key", where=f"{path}:2", hint=_FRONT_HINT
+        )
     for key in data:
         if key not in _KEYS:
             raise DefinitionError(
@@ -139,8 +142,9 @@ def _parse(path: Path, text: str, env: SandboxedEnvironment) -> AgentTemplate:
     try:
         strategy = check_strategy(data.get("context"))
     except ValueError as exc:
-        raise DefinitionError(str(exc), where=_where(path, lines.get("context", 2)),
-                              hint=_FRONT_HINT) from None  # fmt: skip
+        raise DefinitionError(
+            str(exc), where=_where(path, lines.get("context", 2)), hint=_FRONT_HINT
+        ) from None
     offset = m.group(0).count("\n")
     try:
         template = env.from_string(text[m.end() :])

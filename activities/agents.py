@@ -292,10 +292,13 @@ def _model_error(agent: str, model: str, exc: ModelAPIError) -> ApplicationError
         )
     if isinstance(exc, ModelQuotaExceededError):
         return _failure(
-            agent, model, f"the provider's quota is used up ({said})", "model_quota",
+            agent,
+            model,
+            f"the provider's quota is used up ({said})",
+            "model_quota",
             "raise the quota or wait for it to reset, then run the step again; or pick "
             "another model",
-        )  # fmt: skip
+        )
     return _failure(
         agent,
         model,

@@ -341,10 +341,12 @@ def _render(spec: ParsedSpec) -> str:
     out = [f"# {_one_line(spec.title)}\n"] if spec.title.strip() else []
     for phase in spec.phases:
         out.append(f"## Phase {phase.number}: {_one_line(phase.name) or 'Phase'}\n")
-        out.append("".join(
-            f"- [x]{'*' if t.optional else ''} {t.id} {_one_line(t.name) or t.id}\n"
-            for t in phase.tasks
-        ))  # fmt: skip
+        out.append(
+            "".join(
+                f"- [x]{'*' if t.optional else ''} {t.id} {_one_line(t.name) or t.id}\n"
+                for t in phase.tasks
+            )
+        )
         if phase.validation_gate:
             gate = "".join(f"- [ ] {_one_line(g)}\n" for g in phase.validation_gate)
             out.append(f"**Validation Gate:**\n\n{gate}")
@@ -399,9 +401,12 @@ def _readme(req: DevSpecRequest) -> str:
         parts.append(f"## Goal\n\n{req.plan.goal.strip()}\n")
         parts.append(f"## Plan\n\n{req.plan.plan_markdown.strip()}\n")
     if req.review_comments:
-        parts.append("## Review comments\n\n" + "".join(
-            f"- {c.strip()[:_MAX_COMMENT_CHARS]}\n" for c in req.review_comments if c.strip()
-        ))  # fmt: skip
+        parts.append(
+            "## Review comments\n\n"
+            + "".join(
+                f"- {c.strip()[:_MAX_COMMENT_CHARS]}\n" for c in req.review_comments if c.strip()
+            )
+        )
     parts.append("## Tasks\n\nSee tasks.md next to this file; a gated session runs it.\n")
     return "\n".join(parts)
 

@@ -146,22 +146,34 @@ def _unknown_keys(meta_file: Path) -> list[LibraryIssue]:
     for level, where, key in found:
         meant = suggest_key(level, key)
         guess = f"did you mean {meant!r}? " if meant else ""
-        does = (f"phasegate reads no such key (task files see it as {{{{ task.{key} }}}})"
-                if level == "task" else "phasegate ignores it")  # fmt: skip
-        issues.append(LibraryIssue("warning", f"{meta_file}: {where}{key}", "unknown key",
-                                   f"{guess}{does}; docs/authoring.md lists the keys "
-                                   "it reads"))  # fmt: skip
+        does = (
+            f"phasegate reads no such key (task files see it as {{{{ task.{key} }}}})"
+            if level == "task"
+            else "phasegate ignores it"
+        )
+        issues.append(
+            LibraryIssue(
+                "warning",
+                f"{meta_file}: {where}{key}",
+                "unknown key",
+                f"{guess}{does}; docs/authoring.md lists the keys it reads",
+            )
+        )
     return issues
 
 
 def _static_phase_ctx(meta: WorkflowMetadata, index: int) -> dict[str, Any]:
     """The names a static phase's context holds (values do not matter for the hint)."""
     phase = meta.static_phases[index]
-    return {"number": index, "label": str(phase.phase_number), "name": phase.phase_name,
-            "description": phase.purpose, "estimated_duration": phase.estimated_effort,
-            "tasks": [{**t.model_dump(), "id": str(t.task_number)}
-                      for t in phase.tasks[:1]],
-            "validation_gate": []}  # fmt: skip
+    return {
+        "number": index,
+        "label": str(phase.phase_number),
+        "name": phase.phase_name,
+        "description": phase.purpose,
+        "estimated_duration": phase.estimated_effort,
+        "tasks": [{**t.model_dump(), "id": str(t.task_number)} for t in phase.tasks[:1]],
+        "validation_gate": [],
+    }
 
 
 def _with_variables(issue: LibraryIssue, ctx: dict[str, Any]) -> LibraryIssue:
@@ -190,8 +202,14 @@ def _example_issues(example: str | None, gate: GateDefinition, where: Path) -> l
     if result.passed:
         return []
     problems = "; ".join(f"{p.field}: {p.message}" for p in result.problems[:3])
-    return [LibraryIssue("warning", str(where), f"the evidence example fails its gate ({problems})",
-                         "agents copy it: fix the example or the gate")]  # fmt: skip
+    return [
+        LibraryIssue(
+            "warning",
+            str(where),
+            f"the evidence example fails its gate ({problems})",
+            "agents copy it: fix the example or the gate",
+        )
+    ]
 
 
 def _check_dynamic(

@@ -269,8 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the agent; returns the exit code (see the module docstring)."""
     args = _parser().parse_args(argv)
     mode = "phantom" if args.phantom or args.phantom_files else "honest"
-    _say(f"{mode} agent, session "
-         f"{os.environ.get('PHASEGATE_SESSION', '-')}")  # fmt: skip
+    _say(f"{mode} agent, session {os.environ.get('PHASEGATE_SESSION', '-')}")
     return asyncio.run(_main(args))
 
 
