@@ -5,7 +5,8 @@
 - :class:`OrchestrationClient` (``client.orchestrations``): start and follow
   orchestrations (an issue worked by planned agents), decide their gates.
 - :class:`DevServer` (``client.devserver``): the embedded Temporal dev server.
-- ``client.cli``: the ``phasegate`` command line.
+- ``client.cli``: the ``phasegate`` command line, one module per command group.
+- ``client.mcp``: the MCP server coding agents drive sessions with.
 
 Names are imported on first use, so importing ``client`` (or ``client.cli``
 for ``phasegate --help``) does not load the Temporal SDK.

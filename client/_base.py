@@ -1,19 +1,21 @@
 """What the typed clients (``client.api``, ``client.orchestrations``) share: how they
-connect, and how they read Temporal's answers (a query no worker answered in time, an
-update refused while a run hands over to its continue-as-new successor, no answer).
+connect, how they read Temporal's answers (a query no worker answered in time, an
+update refused while a run hands over to its continue-as-new successor, no answer),
+and how they sign a decision before sending it.
 """
 
 from __future__ import annotations
 
-from typing import Self
+from pathlib import Path
+from typing import Any, Self
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from phasegate.domain.errors import SessionError
+from phasegate.domain.errors import PhasegateError, SessionError
 from phasegate.domain.settings import Settings
 
-__all__ = ["BaseClient", "timed_out", "transient"]
+__all__ = ["BaseClient", "sign_as", "timed_out", "transient"]
 
 
 class BaseClient:
@@ -62,3 +64,28 @@ def transient(exc: RPCError) -> bool:
         RPCStatusCode.UNAVAILABLE,
         RPCStatusCode.ABORTED,
     )
+
+
+def sign_as(
+    as_key: str | None,
+    name: str | None,
+    *,
+    ask: str,
+    key_dir: str | Path | None,
+    **fields: Any,
+) -> tuple[str, str | None, str | None]:
+    """Who decides, and the nonce and signature of ``as_key`` over ``fields`` (the
+    arguments of ``client.keys.sign_decision``); unsigned (None, None) without a key.
+
+    Raises:
+        PhasegateError: Neither a key nor a name says who decides (``ask`` says what).
+    """
+    if as_key is None:
+        if not name:
+            raise PhasegateError(ask, hint="pass --as NAME")
+        return name, None, None
+    from phasegate.client import keys
+
+    directory = Path(key_dir) if key_dir is not None else None
+    nonce, signature = keys.sign_decision(as_key, directory=directory, **fields)
+    return as_key, nonce, signature

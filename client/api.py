@@ -29,7 +29,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
 from phasegate.client import _executions as executions
-from phasegate.client._base import BaseClient, timed_out, transient
+from phasegate.client._base import BaseClient, sign_as, timed_out, transient
 from phasegate.client._executions import Waiting
 from phasegate.domain.errors import (
     PayloadTooLarge,
@@ -226,24 +226,51 @@ class PhasegateClient(BaseClient):
         self,
         session_id: str,
         *,
-        approver: str,
         decision: str,
+        approver: str | None = None,
         phase: int | None = None,
         comment: str = "",
+        as_key: str | None = None,
+        key_dir: str | Path | None = None,
         nonce: str | None = None,
         signature: str | None = None,
     ) -> SessionView:
         """Approve or reject the phase awaiting approval (default: the current phase).
 
-        Sessions with signed approvers need ``nonce`` and ``signature`` (see
-        ``client.keys.sign_decision``); the CLI signs for you when you hold the key.
+        Sessions with signed approvers accept only signed decisions: pass ``as_key``,
+        the name of your key in ``key_dir`` (default ``client.keys.config_dir()``), and
+        the decision is signed with it, bound to the evidence awaiting approval
+        (``status.approval_binding``); the approver becomes the key's name, as for
+        ``OrchestrationClient.decide``. Without a key the decision goes as ``approver``,
+        with the ``nonce`` and ``signature`` given, if any (``client.keys.sign_decision``).
+
+        Raises:
+            ApprovalRefused: The session refused it (unsigned, unknown key, bad
+                signature, not an approver).
+            PhasegateError: Neither ``as_key`` nor ``approver`` says who decides, or the
+                key cannot be loaded.
         """
-        if phase is None:
-            phase = (await self.status(session_id)).current_phase
+        if phase is None or as_key is not None:
+            status = await self.status(session_id)
+            phase = status.current_phase if phase is None else phase
+            if as_key is not None:
+                approver, nonce, signature = sign_as(
+                    as_key,
+                    approver,
+                    ask="who is deciding?",
+                    key_dir=key_dir,
+                    session_id=session_id,
+                    phase=phase,
+                    decision=decision,
+                    comment=comment,
+                    binding=status.approval_binding,
+                )
+        if not approver:
+            raise PhasegateError("who is deciding?", hint="pass approver= or as_key=")
         msg = ApprovalDecision(
             phase=phase,
             approver=approver,
-            decision=decision,  # type: ignore[arg-type]
+            decision=decision,
             comment=comment,
             nonce=nonce,
             signature=signature,

@@ -30,7 +30,7 @@ from temporalio.client import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from phasegate.client._base import BaseClient, timed_out, transient
+from phasegate.client._base import BaseClient, sign_as, timed_out, transient
 from phasegate.domain.errors import PhasegateError, SessionError, SessionNotFound
 from phasegate.domain.orchestration.agents import Issue, Profile
 from phasegate.domain.orchestration.gates import digest
@@ -197,7 +197,7 @@ class OrchestrationClient(BaseClient):
                 where="--gate",
                 hint=f"read it with `phasegate plan show {oid}`, then decide gate {awaiting.gate}",
             )
-        name, nonce, signature = _signed(
+        name, nonce, signature = sign_as(
             as_key,
             approver,
             ask="who is deciding?",
@@ -244,7 +244,7 @@ class OrchestrationClient(BaseClient):
                 "first_run_id": (view.approval_binding or {}).get("first_run_id")
                 or await self._first_run_id(orchestration_id),
             }
-        name, nonce, signature = _signed(
+        name, nonce, signature = sign_as(
             as_key,
             requested_by,
             ask="who asks for the replan?",
@@ -330,28 +330,3 @@ class OrchestrationClient(BaseClient):
                 hint=f"for a session use `phasegate status {oid}`",
             )
         return err
-
-
-def _signed(
-    as_key: str | None,
-    name: str | None,
-    *,
-    ask: str,
-    key_dir: str | Path | None,
-    **fields: Any,
-) -> tuple[str, str | None, str | None]:
-    """Who decides, and the nonce and signature of ``as_key`` over ``fields`` (the
-    arguments of ``client.keys.sign_decision``); unsigned (None, None) without a key.
-
-    Raises:
-        PhasegateError: Neither a key nor a name says who decides (``ask`` says what).
-    """
-    if as_key is None:
-        if not name:
-            raise PhasegateError(ask, hint="pass --as NAME")
-        return name, None, None
-    from phasegate.client import keys
-
-    directory = Path(key_dir) if key_dir is not None else None
-    nonce, signature = keys.sign_decision(as_key, directory=directory, **fields)
-    return as_key, nonce, signature

@@ -1,6 +1,6 @@
 """The ``phasegate`` CLI end to end: real subprocesses against the shared dev server.
 
-Each command runs as ``python -m client.cli ...`` with TEMPORAL_ADDRESS pointing at
+Each command runs as ``python -m phasegate.client.cli ...`` with TEMPORAL_ADDRESS pointing at
 the test server and a worker (own task queue) running in this process, so the
 event loop must stay free: subprocesses are awaited, never waited on blocking.
 """

@@ -20,8 +20,8 @@ import pytest
 from temporalio.service import RPCError
 
 from phasegate.client import keys
-from phasegate.client._cli_orchestrate import default_subcommand
-from phasegate.client._issue_files import load_profile, read_issue
+from phasegate.client.cli._issue_files import load_profile, read_issue
+from phasegate.client.cli.orchestrate import default_subcommand
 from phasegate.client.devserver import free_port
 from phasegate.client.orchestrations import OrchestrationClient
 from phasegate.domain.errors import OrchestrationError, PhasegateError

@@ -20,7 +20,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from phasegate.client._cli_render import render_other_runs
+from phasegate.client.cli._render import render_other_runs
 from phasegate.domain.session.messages import ControlRequest, SessionOptions, StartSession
 from phasegate.workflows.gated_session import GatedSession
 

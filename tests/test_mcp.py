@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
 from phasegate.client.api import PhasegateClient
-from phasegate.client.mcp_server import TOOL_NAMES
+from phasegate.client.mcp import TOOL_NAMES
 from phasegate.domain.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def _address(env: Any) -> str:
 async def _stdio(server_env: dict[str, str]) -> AsyncIterator[Client]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "phasegate.client.mcp_server"],
+        args=["-m", "phasegate.client.mcp"],
         env=server_env,
         cwd=str(REPO),
     )
@@ -242,7 +242,7 @@ async def test_streamable_http(env, settings_for, run_worker, tmp_path):
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "phasegate.client.mcp_server",
+        "phasegate.client.mcp_server",  # the former module path still runs the server
         "--http",
         str(port),
         env={**os.environ, **_server_env(_address(env), settings)},
@@ -280,6 +280,6 @@ async def test_streamable_http(env, settings_for, run_worker, tmp_path):
 
 @pytest.mark.parametrize("argv", [["--http", "0"], ["--http", "x"]])
 def test_bad_port_is_a_usage_error(argv):
-    from phasegate.client.mcp_server import main
+    from phasegate.client.mcp import main
 
     assert main(argv) == 2

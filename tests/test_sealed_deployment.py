@@ -352,8 +352,8 @@ def test_networks_keep_the_database_and_ui_from_the_agent(project: dict[str, Any
 def test_operator_commands_in_the_docs_parse() -> None:
     """Every `phasegate ...` line in docs/sealed-deployment.md is a valid command, its
     session options validate, and every session it starts prefetches nothing."""
-    from phasegate.client._cli_commands import _json_or_text
     from phasegate.client.cli import build_parser
+    from phasegate.client.cli._evidence import _json_or_text
     from phasegate.domain.session.messages import SessionOptions
 
     text = (ROOT / "docs" / "sealed-deployment.md").read_text(encoding="utf-8")

@@ -107,6 +107,20 @@ async def test_only_valid_signatures_pass(session_env, tmp_path, keydir):
         await pg.decide(sid, approver="alice", decision="approve", phase=2, **good)
 
 
+async def test_decide_as_key_signs_what_awaits_approval(session_env, tmp_path, keydir):
+    """``decide(as_key=NAME)`` reads the binding, signs with NAME's key and sends the
+    decision as NAME: the call shape of ``OrchestrationClient.decide``."""
+    pg, _ = session_env
+    alice = keys.new_key("alice", directory=keydir)
+    sid = await pg.start("mini_v1", str(tmp_path), options=SessionOptions(approver_keys=[alice]))
+    await _awaiting(pg, sid)
+    with pytest.raises(ApprovalRefused):  # the same decision unsigned
+        await pg.decide(sid, approver="alice", decision="approve", comment="ok")
+    view = await pg.decide(sid, decision="approve", comment="ok", as_key="alice", key_dir=keydir)
+    assert view.current_phase == 2
+    assert (view.approvals[-1].approver, view.approvals[-1].comment) == ("alice", "ok")
+
+
 async def test_unknown_key_of_an_allowed_name(session_env, tmp_path, keydir):
     pg, _ = session_env
     bob = keys.new_key("bob", directory=keydir)

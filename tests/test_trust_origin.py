@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from phasegate.client._mcp_http import loopback_host, loopback_origin
 from phasegate.client.devserver import free_port
+from phasegate.client.mcp._http import loopback_host, loopback_origin
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -106,7 +106,7 @@ async def _server(tmp_path: Path) -> AsyncIterator[int]:
     env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{free_port()}"  # initialize needs no Temporal
     env["PHASEGATE_HOME"] = str(tmp_path / "home")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "phasegate.client.mcp_server", "--http", str(port),
+        sys.executable, "-m", "phasegate.client.mcp", "--http", str(port),
         env=env, cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
     )  # fmt: skip
     try:

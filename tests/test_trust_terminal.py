@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from orchestration_helpers import HONEST_AGENT
 
-from phasegate.client._cli_render import (
+from phasegate.client.api import PhasegateClient
+from phasegate.client.cli._orchestrate_render import entry_line, render_plan
+from phasegate.client.cli._render import (
     TerminalSafeFormatter,
     one_line,
     render_spec,
     render_status,
     terminal_safe,
 )
-from phasegate.client._orchestrate_render import entry_line, render_plan
-from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import free_port
 from phasegate.client.orchestrations import OrchestrationClient
 from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
@@ -275,7 +275,7 @@ async def test_status_shows_what_the_agent_sent_escaped(env, settings_for, run_w
 
 @pytest.mark.parametrize("stream", ["out", "err"])
 def test_echo_is_the_chokepoint(stream: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from phasegate.client import _cli_commands as cmd
+    from phasegate.client.cli import _common as cmd
 
     (cmd.echo if stream == "out" else cmd.echo_err)(ATTACK)
     captured = capsys.readouterr()

@@ -1,7 +1,9 @@
 """Human-readable rendering for the ``phasegate`` CLI (pure: models in, text out).
 
-Kept apart from ``client.cli`` so the command handlers stay short. Every
-function returns a string; the caller decides where it goes.
+Shared by the command modules, so their handlers stay short. What a line says about
+a session (task marks, problems, decisions, the gate's rows) comes from
+``client._session_text``, as it does for the MCP server's markdown. Every function
+returns a string; the caller decides where it goes.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import json
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from phasegate.client import _session_text as session_text
 
 if TYPE_CHECKING:
     from phasegate.activities.library import WorkflowDir
@@ -51,8 +55,6 @@ __all__ = [
     "ui_url",
     "waiting_lines",
 ]
-
-_BOX = {"todo": "[ ]", "done": "[x]", "in_progress": "[-]", "skipped": "[~]"}
 
 
 def _escape_table() -> dict[int, str]:
@@ -136,9 +138,8 @@ def _plural(n: int, word: str) -> str:
 
 
 def problem_line(p: Problem) -> str:
-    """``field: message (expected …, got …)`` with the empty parts left out."""
-    extra = [f"{k} {v}" for k, v in (("expected", p.expected), ("got", p.got)) if v]
-    return one_line(f"{p.field}: {p.message}" + (f" ({', '.join(extra)})" if extra else ""))
+    """``field: message (expected …, got …)`` with the empty parts left out, one line."""
+    return one_line(session_text.problem_text(p))
 
 
 def _problems(title: str, problems: Sequence[Problem]) -> list[str]:
@@ -151,21 +152,14 @@ def _where(view: SessionView) -> str:
     return f"phase {n} ({n + 1} of {view.total_phases}): {one_line(view.current_phase_name)}"
 
 
-def _abandon_entry(view: SessionView) -> Any:
-    return next((a for a in reversed(view.audit) if a.action == "abandon"), None)
-
-
 def progress_line(view: SessionView, session_id: str = "ID") -> str:
     """``phase 1 (2 of 5): Plan — awaiting approval by alice`` (or completed/abandoned)."""
     total = view.total_phases
     if view.status == "completed":
         return f"completed — all {total} phases done"
     if view.status == "abandoned":
-        entry = _abandon_entry(view)
-        by = f" by {one_line(entry.actor)}" if entry and entry.actor else ""
-        why = f": {one_line(entry.detail)}" if entry and entry.detail else ""
-        return f"abandoned at {_where(view)}{by}{why}"
-    approvers = one_line(", ".join(view.awaiting_approval_from)) or "an approver"
+        return f"abandoned at {_where(view)}{session_text.abandonment(view, one_line)}"
+    approvers = session_text.who_approves(view.awaiting_approval_from, one_line)
     state = {
         "active": "awaiting checkpoint evidence",
         "awaiting_approval": f"awaiting approval by {approvers}",
@@ -216,8 +210,7 @@ def render_status(session_id: str, view: SessionView) -> str:
     lines += _problems("last problems:", view.last_problems)
     if view.feedback:
         lines.append(f"reviewer feedback: {one_line(view.feedback)}")
-    for a in view.approvals[-3:]:
-        verb = "approved" if a.decision == "approve" else "rejected"
+    for verb, a in session_text.recent_decisions(view):
         note = f": {one_line(a.comment)}" if a.comment else ""
         lines.append(f"{verb} phase {a.phase} by {one_line(a.approver)}{note}")
     if view.last_signal_error:
@@ -295,14 +288,15 @@ def _tasks(tasks: Sequence[TaskSummary]) -> list[str]:
     lines = [f"Tasks ({len(tasks)}):"]
     for t in tasks:
         opt = " (optional)" if t.optional else ""
-        tid = f"{t.id} " if t.id and t.id != str(t.number) else ""
-        lines.append(f"  {_BOX.get(t.status, '[?]')} {t.number}. {one_line(tid + t.name)}{opt}")
+        tid = f"{session_text.task_id(t)} " if session_text.task_id(t) else ""
+        lines.append(f"  {session_text.box(t.status)} {t.number}. {one_line(tid + t.name)}{opt}")
     return lines
 
 
 def _heading(phase: int, label: str, name: str) -> str:
-    written = f" (written as {one_line(label)})" if label and label != str(phase) else ""
-    return f"Phase {phase}{written}: {one_line(name)}"
+    written = session_text.written_label(phase, label)
+    as_written = f" (written as {one_line(written)})" if written else ""
+    return f"Phase {phase}{as_written}: {one_line(name)}"
 
 
 def render_phase(view: PhaseView) -> str:
@@ -312,15 +306,12 @@ def render_phase(view: PhaseView) -> str:
     gate = view.gate
     if gate.fields:
         lines.append("Gate evidence:")
-        from phasegate.domain.evidence_schema import describe_limits
-
-        rows = [
-            (name, f.type, "yes" if f.required else "no", describe_limits(f.json_schema) or "-",
-             f.description)
-            for name, f in gate.fields.items()
-        ]  # fmt: skip
         lines.append(
-            table(("FIELD", "TYPE", "REQUIRED", "LIMITS", "DESCRIPTION"), rows, indent="  ")
+            table(
+                ("FIELD", "TYPE", "REQUIRED", "LIMITS", "DESCRIPTION"),
+                session_text.gate_rows(gate),
+                indent="  ",
+            )
         )
         lines.append(
             "  (JSON Schema of the evidence: `phasegate phase SESSION --json`, gate.json_schema)"
@@ -343,9 +334,9 @@ def render_phase(view: PhaseView) -> str:
 
 def render_task(view: TaskView) -> str:
     t = view.task
-    tid = f" {t.id}" if t.id and t.id != str(t.number) else ""
+    tid = f" {session_text.task_id(t)}" if session_text.task_id(t) else ""
     name = one_line(f"{tid}: {t.name}")
-    head = f"Phase {view.phase} · task {t.number}{name}  {_BOX.get(t.status, '[?]')}"
+    head = f"Phase {view.phase} · task {t.number}{name}  {session_text.box(t.status)}"
     return f"{head}\n\n{view.content.rstrip()}"
 
 
@@ -354,7 +345,7 @@ def render_violation(session_id: str, v: SequenceViolation) -> str:
     return f"{one_line(v.message)} (hint: {hint})"
 
 
-def _next_phase(p: PhaseContent) -> list[str]:
+def _next_phase(p: PhaseContent | PhaseView) -> list[str]:
     return [
         "",
         f"Now on {_heading(p.phase, p.label, p.name)}",
@@ -443,7 +434,7 @@ def render_spec(spec: ParsedSpec) -> str:
                     " (optional)" if t.optional else "",
                 ]
             )
-            lines.append(f"  {_BOX.get(t.status, '[?]')} {one_line(f'{t.id}  {t.name}{marks}')}")
+            lines.append(f"  {session_text.box(t.status)} {one_line(f'{t.id}  {t.name}{marks}')}")
         if not ph.tasks:
             lines.append("  (no tasks)")
         if ph.validation_gate:

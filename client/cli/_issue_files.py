@@ -140,12 +140,12 @@ def read_issue(path: str | Path) -> Issue:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "issue"
         where_line = {"id": front_lines.get("id"), "title": title_line, "labels": labels_line}
-        line = where_line.get(field) or (start + 1 if field == "body" else 1)
+        line_no = where_line.get(field) or (start + 1 if field == "body" else 1)
         if field == "id" and "id" not in front:
             field = f"id (from the file name {path.name!r})"
         raise PhasegateError(
             f"{field}: {_message(first)}",
-            where=f"{path}:{line}",
+            where=f"{path}:{line_no}",
             hint=_ISSUE_HINTS.get(field.split(" ")[0]),
         ) from None
 

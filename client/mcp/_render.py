@@ -2,7 +2,9 @@
 
 An agent reads this text, so it is short, says what to do next and never
 mentions a phase the session has not reached. The structured content next to
-it carries the full models.
+it carries the full models. What a line says about a session (task marks,
+problems, decisions, the gate's rows) comes from ``client._session_text``, as it
+does for the CLI.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from phasegate.domain.evidence_schema import describe_limits
+from phasegate.client import _session_text as session_text
 from phasegate.domain.session.messages import PhaseView
 
 if TYPE_CHECKING:
@@ -35,12 +37,11 @@ __all__ = [
 ]
 
 NO_APPROVAL_TOOL = "a person must approve; there is no tool for that"
-_BOX = {"todo": "[ ]", "done": "[x]", "in_progress": "[-]", "skipped": "[~]"}
 
 
 def approval_line(approvers: Sequence[str]) -> str:
     """``awaiting approval by alice — a person must approve; there is no tool for that``."""
-    return f"awaiting approval by {', '.join(approvers) or 'an approver'} — {NO_APPROVAL_TOOL}"
+    return f"awaiting approval by {session_text.who_approves(approvers)} — {NO_APPROVAL_TOOL}"
 
 
 def _cell(text: str) -> str:
@@ -48,8 +49,7 @@ def _cell(text: str) -> str:
 
 
 def _problem(p: Problem) -> str:
-    extra = [f"{k} {v}" for k, v in (("expected", p.expected), ("got", p.got)) if v]
-    return f"- {p.field}: {p.message}" + (f" ({', '.join(extra)})" if extra else "")
+    return f"- {session_text.problem_text(p)}"
 
 
 def _tasks(tasks: Sequence[TaskSummary]) -> list[str]:
@@ -57,15 +57,15 @@ def _tasks(tasks: Sequence[TaskSummary]) -> list[str]:
         return []
     lines = ["", "### Tasks (read one with get_task)"]
     for t in tasks:
-        tid = f" `{t.id}`" if t.id and t.id != str(t.number) else ""
+        tid = f" `{session_text.task_id(t)}`" if session_text.task_id(t) else ""
         opt = " (optional)" if t.optional else ""
-        lines.append(f"- {_BOX.get(t.status, '[?]')} {t.number}.{tid} {t.name}{opt}")
+        lines.append(f"- {session_text.box(t.status)} {t.number}.{tid} {t.name}{opt}")
     return lines
 
 
 def _heading(phase: int, label: str, name: str) -> str:
-    written = f" (spec {label})" if label and label != str(phase) else ""
-    return f"Phase {phase}{written}: {name}"
+    written = session_text.written_label(phase, label)
+    return f"Phase {phase}{f' (spec {written})' if written else ''}: {name}"
 
 
 def render_workflows(rows: Sequence[tuple[str, str, str, int | str]]) -> str:
@@ -92,10 +92,10 @@ def render_phase(view: PhaseView, total: int | None = None) -> str:
             "| field | type | required | limits | description |",
             "|---|---|---|---|---|",
         ]
-        for name, f in gate.fields.items():
-            req = "yes" if f.required else "no"
-            limits = _cell(describe_limits(f.json_schema)) or "-"
-            lines.append(f"| `{name}` | {f.type} | {req} | {limits} | {_cell(f.description)} |")
+        lines += [
+            f"| `{name}` | {kind} | {req} | {_cell(limits)} | {_cell(description)} |"
+            for name, kind, req, limits, description in session_text.gate_rows(gate)
+        ]
         lines.append(
             "The evidence's JSON Schema is gate.json_schema in this result's structured "
             "content: build evidence that validates against it and submit once."
@@ -105,7 +105,7 @@ def render_phase(view: PhaseView, total: int | None = None) -> str:
     else:
         lines.append("No fields required: submit `{}`.")
     if gate.requires_approval:
-        who = ", ".join(gate.approvers) or "an approver"
+        who = session_text.who_approves(gate.approvers)
         lines.append(f"After it passes, {who} must approve ({NO_APPROVAL_TOOL}).")
     if view.artifacts:
         lines += ["", "### Earlier evidence"]
@@ -144,8 +144,8 @@ def render_current(session_id: str, state: SessionView, view: PhaseView | None) 
 
 def render_task(view: TaskView) -> str:
     t = view.task
-    tid = f" `{t.id}`" if t.id and t.id != str(t.number) else ""
-    head = f"## Phase {view.phase} · task {t.number}{tid}: {t.name} {_BOX.get(t.status, '[?]')}"
+    tid = f" `{session_text.task_id(t)}`" if session_text.task_id(t) else ""
+    head = f"## Phase {view.phase} · task {t.number}{tid}: {t.name} {session_text.box(t.status)}"
     return f"{head}\n\n{view.content.rstrip()}"
 
 
@@ -194,10 +194,9 @@ def render_checkpoint(phase: int, result: CheckpointResult, approvers: Sequence[
 
 def _abandoned(view: SessionView) -> str:
     """``The session was abandoned at phase 1 by bob: spec withdrawn.``"""
-    entry = next((a for a in reversed(view.audit) if a.action == "abandon"), None)
-    by = f" by {entry.actor}" if entry and entry.actor else ""
-    why = f": {entry.detail}" if entry and entry.detail else ""
-    return f"The session was abandoned at phase {view.current_phase}{by}{why}."
+    return (
+        f"The session was abandoned at phase {view.current_phase}{session_text.abandonment(view)}."
+    )
 
 
 def render_state(session_id: str, view: SessionView) -> str:
@@ -224,8 +223,7 @@ def render_state(session_id: str, view: SessionView) -> str:
         lines += [_problem(p) for p in view.last_problems]
     if view.feedback:
         lines.append(f"Reviewer feedback: {view.feedback}")
-    for a in view.approvals[-3:]:
-        verb = "approved" if a.decision == "approve" else "rejected"
+    for verb, a in session_text.recent_decisions(view):
         note = f": {a.comment}" if a.comment else ""
         lines.append(f"Phase {a.phase} {verb} by {a.approver}{note}.")
     if view.last_signal_error:

@@ -1,7 +1,9 @@
-"""``phasegate dev`` and ``phasegate server``: the embedded Temporal dev server under the CLI.
+"""``phasegate dev | server | worker | mcp``: the long-running processes.
 
-``phasegate dev`` runs the server and a worker in one process and one terminal;
-``phasegate server`` runs the server alone (workers elsewhere). Both:
+``phasegate worker`` runs the phasegate worker against a Temporal server,
+``phasegate mcp`` the MCP server for coding agents (``client.mcp``). ``phasegate
+dev`` runs the embedded Temporal dev server and a worker in one process and one
+terminal; ``phasegate server`` runs the dev server alone (workers elsewhere). Both:
 
 - take 7233 and the Web UI's 8233 (``PHASEGATE_UI_PORT``) when free, else free
   ports, and print them; ``--port``/``--ui-port`` insist on a port;
@@ -29,18 +31,132 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phasegate.client._cli_commands import EXIT_ERROR, EXIT_OK, echo, echo_err
+from phasegate.client.cli._common import EXIT_ERROR, EXIT_OK, approver_key, echo, echo_err
+from phasegate.client.cli._render import TerminalSafeFormatter
 
 if TYPE_CHECKING:
     from phasegate.client.devserver import DevServer
     from phasegate.domain.settings import Settings
 
+__all__ = ["register"]
+
 WALKTHROUGH_SPEC = "examples/specs/todo-api"
+
+
+def register(sub: Any) -> None:
+    """Add ``dev``, ``server``, ``worker`` and ``mcp`` to ``sub`` (the ``phasegate`` subparsers)."""
+    s = sub.add_parser("dev", help="Temporal dev server + worker in one terminal (Ctrl-C stops)")
+    _server_options(s)
+    s.add_argument(
+        "--approver-key",
+        action="append",
+        default=[],
+        metavar="NAME[=PUBKEY]",
+        help="the worker accepts approvals signed by this key (repeatable; your key NAME "
+        "from `phasegate keys new NAME`), besides PHASEGATE_APPROVER_KEYS",
+    )
+    s.set_defaults(func=dev)
+    s = sub.add_parser("server", help="run the Temporal dev server in the foreground")
+    _server_options(s)
+    s.set_defaults(func=server)
+    s = sub.add_parser("worker", help="run the phasegate worker (sessions and verify checks)")
+    s.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on PORT (overrides PHASEGATE_METRICS_PORT)",
+    )
+    s.add_argument(
+        "--metrics-host", default="0.0.0.0", help="address to serve metrics on (default 0.0.0.0)"
+    )
+    s.add_argument(
+        "--verify-concurrency",
+        type=_verify_concurrency,
+        metavar="N",
+        help="verify checks run at once, 1-64 (overrides PHASEGATE_VERIFY_CONCURRENCY)",
+    )
+    only = s.add_mutually_exclusive_group()
+    only.add_argument(
+        "--verify-only",
+        action="store_true",
+        help="run only the verify checks (task queue <queue>-verify), e.g. as another user",
+    )
+    only.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="run only the sessions; verify checks need a `--verify-only` worker elsewhere",
+    )
+    s.set_defaults(func=worker)
+    s = sub.add_parser("mcp", help="run the MCP server for coding agents (stdio by default)")
+    s.add_argument(
+        "--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT"
+    )
+    s.set_defaults(func=mcp, temporal=True)
+
+
+def _server_options(s: argparse.ArgumentParser) -> None:
+    """Flags of ``dev`` and ``server``."""
+    s.add_argument("--port", type=int, help="Temporal port (default 7233 if free, else any)")
+    s.add_argument(
+        "--ui-port", type=int, help="Web UI port (default PHASEGATE_UI_PORT or 8233 if free)"
+    )
+    s.add_argument("--db", help="SQLite file (default <home>/temporal.db; one server per file)")
+    s.add_argument("--headless", action="store_true", help="no Web UI")
+    s.add_argument(
+        "--log-level",
+        default="error",
+        choices=["debug", "info", "warn", "error"],
+        help="server log level (default error; the log is <home>/temporal.log)",
+    )
+
+
+def _bounded(name: str, low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{name} must be a number from {low} to {high}")
+        return value
+
+    return parse
+
+
+_port = _bounded("--metrics-port", 0, 65535)
+_verify_concurrency = _bounded("--verify-concurrency", 1, 64)
+
+
+def worker(args: argparse.Namespace, settings: Settings) -> int:
+    """``phasegate worker``: the flags over the settings, then :func:`run_worker`."""
+    import logging
+
+    from phasegate.worker import run_worker
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    updates = {"metrics_port": args.metrics_port, "verify_concurrency": args.verify_concurrency}
+    settings = settings.model_copy(update={k: v for k, v in updates.items() if v is not None})
+    args.temporal = True
+    main, verify = not args.verify_only, not args.no_verify
+    # an unreachable server raises TemporalUnreachable
+    asyncio.run(run_worker(settings, main=main, verify=verify, metrics_host=args.metrics_host))
+    return EXIT_OK
+
+
+def mcp(args: argparse.Namespace, settings: Settings) -> int:
+    """``phasegate mcp``: the MCP server for coding agents (stdio, or streamable HTTP
+    with --http)."""
+    from phasegate.client.mcp import main
+
+    args.temporal = True
+    return main(["--http", str(args.http)] if args.http else [])
 
 
 def dev(args: argparse.Namespace, settings: Settings) -> int:
@@ -147,7 +263,6 @@ async def _run_worker(settings: Settings, srv: DevServer, db: str, stop: asyncio
     import concurrent.futures
     import logging
 
-    from phasegate.client._cli_render import TerminalSafeFormatter
     from phasegate.temporal import connect
     from phasegate.worker import MAIN_ACTIVITY_THREADS, build_worker
 
@@ -245,11 +360,10 @@ def _with_approver_keys(settings: Settings, items: list[str]) -> Settings:
     """``--approver-key NAME[=PUBKEY]`` added to the worker's PHASEGATE_APPROVER_KEYS."""
     if not items:
         return settings
-    from phasegate.client._cli_commands import _approver_key
     from phasegate.worker import load_approver_keys
 
     keys = [k.model_dump() for k in load_approver_keys(settings.approver_keys_file)]
-    keys += [_approver_key(item) for item in items]
+    keys += [approver_key(item) for item in items]
     return settings.model_copy(update={"approver_keys_file": json.dumps(keys)})
 
 

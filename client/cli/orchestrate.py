@@ -26,10 +26,26 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from phasegate.client import _cli_commands as cmd
-from phasegate.client import _cli_progress as progress
-from phasegate.client import _cli_render as render
-from phasegate.client._orchestrate_render import entry_line, gate_lines, render_plan
+from phasegate.client import _session_text as session_text
+from phasegate.client.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    JSON,
+    Ctx,
+    Parser,
+    echo,
+    echo_err,
+    remote,
+    signer,
+)
+from phasegate.client.cli._orchestrate_render import (
+    entry_line,
+    gate_lines,
+    render_plan,
+    usage_line,
+)
+from phasegate.client.cli._progress import printer_for, wait_with_progress
+from phasegate.client.cli._render import one_line, terminal_safe, ui_url
 from phasegate.domain.errors import PhasegateError, SessionError
 
 if TYPE_CHECKING:
@@ -73,7 +89,7 @@ def default_subcommand(argv: Sequence[str]) -> list[str]:
     return args
 
 
-def register(sub: Any, js: argparse.ArgumentParser) -> None:
+def register(sub: Any) -> None:
     """Add ``orchestrate`` (run, watch, approve, replan) and ``plan show`` to ``sub``."""
     o = sub.add_parser(
         "orchestrate",
@@ -81,9 +97,9 @@ def register(sub: Any, js: argparse.ArgumentParser) -> None:
         description="`phasegate orchestrate ISSUE.md` starts an orchestration and follows it.",
     )
     osub = o.add_subparsers(
-        dest="orchestrate_command", required=True, metavar="COMMAND", parser_class=type(o)
+        dest="orchestrate_command", required=True, metavar="COMMAND", parser_class=Parser
     )
-    s = osub.add_parser("run", parents=[js], help="(default) start an orchestration of ISSUE.md")
+    s = osub.add_parser("run", parents=[JSON], help="(default) start an orchestration of ISSUE.md")
     s.add_argument("issue", metavar="ISSUE.md", help="the issue: `# Title`, `Labels: a, b`, body")
     s.add_argument(
         "--profile",
@@ -94,11 +110,11 @@ def register(sub: Any, js: argparse.ArgumentParser) -> None:
     s.add_argument("--id", help="orchestration id (default orch-<issue id>-<random>)")
     _follow_options(s)
     s.set_defaults(func=_remote(run))
-    s = osub.add_parser("watch", parents=[js], help="follow an orchestration")
+    s = osub.add_parser("watch", parents=[JSON], help="follow an orchestration")
     s.add_argument("orchestration_id", metavar="ID")
     _follow_options(s)
     s.set_defaults(func=_remote(watch))
-    s = osub.add_parser("approve", parents=[js], help="approve (or --reject) the open gate")
+    s = osub.add_parser("approve", parents=[JSON], help="approve (or --reject) the open gate")
     s.add_argument("orchestration_id", metavar="ID")
     s.add_argument(
         "--as",
@@ -112,21 +128,21 @@ def register(sub: Any, js: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--gate", type=int, metavar="N", help="the gate you mean (default: the open one)"
     )
-    s.set_defaults(func=cmd.remote(decide))
-    s = osub.add_parser("replan", parents=[js], help="ask the planner for a new plan")
+    s.set_defaults(func=remote(decide))
+    s = osub.add_parser("replan", parents=[JSON], help="ask the planner for a new plan")
     s.add_argument("orchestration_id", metavar="ID")
     s.add_argument("--reason", required=True, help="what the new plan must take into account")
     s.add_argument("--as", dest="as_name", metavar="NAME", help="who asks (as for approve)")
-    s.set_defaults(func=cmd.remote(replan))
+    s.set_defaults(func=remote(replan))
 
     plan = sub.add_parser("plan", help="orchestration plans")
     psub = plan.add_subparsers(
-        dest="plan_command", required=True, metavar="COMMAND", parser_class=type(plan)
+        dest="plan_command", required=True, metavar="COMMAND", parser_class=Parser
     )
-    s = psub.add_parser("show", parents=[js], help="plan, outputs, usage and history")
+    s = psub.add_parser("show", parents=[JSON], help="plan, outputs, usage and history")
     s.add_argument("orchestration_id", metavar="ID")
     s.add_argument("--history", type=int, default=HISTORY_TAIL, metavar="N", help="entries shown")
-    s.set_defaults(func=cmd.remote(plan_show))
+    s.set_defaults(func=remote(plan_show))
 
 
 def _follow_options(s: argparse.ArgumentParser) -> None:
@@ -138,8 +154,8 @@ def _follow_options(s: argparse.ArgumentParser) -> None:
 
 
 def _remote(handler: Any) -> Any:
-    """``cmd.remote`` plus a Ctrl-C that says the orchestration goes on."""
-    inner = cmd.remote(handler)
+    """:func:`remote` plus a Ctrl-C that says the orchestration goes on."""
+    inner = remote(handler)
 
     def run_it(args: argparse.Namespace, settings: Settings) -> int:
         try:
@@ -147,7 +163,7 @@ def _remote(handler: Any) -> Any:
         except KeyboardInterrupt:
             oid = getattr(args, "started_id", None) or getattr(args, "orchestration_id", None)
             if oid:
-                cmd.echo_err(
+                echo_err(
                     f"stopped following; orchestration {oid} goes on "
                     f"(`phasegate orchestrate watch {oid}` follows it again)"
                 )
@@ -165,8 +181,8 @@ def _clients(pg: PhasegateClient) -> OrchestrationClient:
     return OrchestrationClient(pg.temporal, pg.task_queue)
 
 
-async def run(ctx: Any) -> int:
-    from phasegate.client._issue_files import PROFILES_DIR, load_profile, read_issue
+async def run(ctx: Ctx) -> int:
+    from phasegate.client.cli._issue_files import PROFILES_DIR, load_profile, read_issue
 
     a = ctx.args
     issue = read_issue(a.issue)  # file errors need no server
@@ -176,12 +192,12 @@ async def run(ctx: Any) -> int:
     oid = await oc.start(issue, profile, orchestration_id=a.id)
     a.started_id = oid
     out = sys.stderr if a.json else sys.stdout
-    url = render.ui_url(ctx.settings.web_ui_url, ctx.settings.namespace, oid)
+    url = ui_url(ctx.settings.web_ui_url, ctx.settings.namespace, oid)
     shipped = source.parent == PROFILES_DIR
     where = f"shipped library/profiles/{source.name}" if shipped else str(source)
     print(
-        render.terminal_safe(
-            f"orchestration {oid}: issue {issue.id}: {render.one_line(issue.title)}\n"
+        terminal_safe(
+            f"orchestration {oid}: issue {issue.id}: {one_line(issue.title)}\n"
             f"profile {profile.name} ({where}); working in {profile.working_dir}\nweb UI: {url}"
         ),
         file=out,
@@ -190,34 +206,25 @@ async def run(ctx: Any) -> int:
     return await _Follower(ctx, pg, oc, oid, out).run()
 
 
-async def watch(ctx: Any) -> int:
+async def watch(ctx: Ctx) -> int:
     pg = await ctx.client()
     out = sys.stderr if ctx.args.json else sys.stdout
     return await _Follower(ctx, pg, _clients(pg), ctx.args.orchestration_id, out).run()
 
 
-def _signer(as_name: str | None) -> tuple[str, bool]:
-    """Who acts (``--as``, else the default approver), and whether you hold their key
-    (then the message is signed with it)."""
-    from phasegate.client import keys
-
-    name = cmd._approver(as_name)
-    return name, (keys.keys_dir(None) / f"{name}.key").is_file()
-
-
-async def decide(ctx: Any) -> int:
+async def decide(ctx: Ctx) -> int:
     a = ctx.args
     if a.reject and not a.comment.strip():
         raise PhasegateError(
             "a rejection needs a reason", where="--comment", hint="add --comment WHY"
         )
-    name, signed = _signer(a.as_name)
+    name, signed = signer(a.as_name)
     oc = _clients(await ctx.client())
     oid = a.orchestration_id
     before = await oc.state(oid)
     gate = before.awaiting
     if signed and gate is not None:
-        cmd.echo_err(f"signing gate {gate.gate} ({gate.kind} of {gate.agent}) as {name}")
+        echo_err(f"signing gate {gate.gate} ({gate.kind} of {gate.agent}) as {name}")
     view = await oc.decide(
         oid,
         "reject" if a.reject else "approve",
@@ -233,12 +240,12 @@ async def decide(ctx: Any) -> int:
         f"{verb} {what} by {name}{' (signed)' if signed else ''}\n"
         f"orchestration {oid} is {view.status}",
     )
-    return cmd.EXIT_OK
+    return EXIT_OK
 
 
-async def replan(ctx: Any) -> int:
+async def replan(ctx: Ctx) -> int:
     a = ctx.args
-    name, signed = _signer(a.as_name)
+    name, signed = signer(a.as_name)
     oc = _clients(await ctx.client())
     view = await oc.request_replan(
         a.orchestration_id, a.reason, as_key=name if signed else None, requested_by=name
@@ -248,20 +255,20 @@ async def replan(ctx: Any) -> int:
         f"replan requested by {name}{' (signed)' if signed else ''}: the planner plans again "
         f"after the current step (follow it: phasegate orchestrate watch {a.orchestration_id})",
     )
-    return cmd.EXIT_OK
+    return EXIT_OK
 
 
-async def plan_show(ctx: Any) -> int:
+async def plan_show(ctx: Ctx) -> int:
     pg = await ctx.client()
     oc = _clients(pg)
     oid = ctx.args.orchestration_id
     view = await oc.state(oid)
     history = await oc.history(oid)
     if ctx.args.json:
-        cmd.echo(_document(view, history))
+        echo(_document(view, history))
     else:
-        cmd.echo(render_plan(view, history, tail=max(ctx.args.history, 0)))
-    return cmd.EXIT_OK
+        echo(render_plan(view, history, tail=max(ctx.args.history, 0)))
+    return EXIT_OK
 
 
 def _document(view: OrchestrationView, history: list[HistoryEntry]) -> str:
@@ -279,7 +286,7 @@ class _Follower:
     ``--no-wait``, until it waits for a person)."""
 
     def __init__(
-        self, ctx: Any, pg: PhasegateClient, oc: OrchestrationClient, oid: str, out: TextIO
+        self, ctx: Ctx, pg: PhasegateClient, oc: OrchestrationClient, oid: str, out: TextIO
     ) -> None:
         self.ctx, self.pg, self.oc, self.oid, self.out = ctx, pg, oc, oid, out
         self.seq = -1
@@ -288,14 +295,14 @@ class _Follower:
         self.finished_children: set[str] = set()
         self.child_gates: set[tuple[str, int]] = set()
         self.history: list[HistoryEntry] = []
-        self.printer = progress.printer_for(True)
+        self.printer = printer_for(True)
 
     def say(self, text: str) -> None:
-        print(render.terminal_safe(text), file=self.out, flush=True)
+        print(terminal_safe(text), file=self.out, flush=True)
 
     async def run(self) -> int:
         while True:
-            view = await progress.wait_with_progress(
+            view = await wait_with_progress(
                 self.pg, self.oid, self.oc.state(self.oid, timeout=60), printer=self.printer
             )
             self.history = await self.oc.history(self.oid)
@@ -357,8 +364,8 @@ class _Follower:
                     who = names[0] if len(names) == 1 else "NAME"
                     self.say(
                         f"  session {child} phase {status.current_phase} "
-                        f"({render.one_line(status.current_phase_name)}) waits for approval by "
-                        f"{render.one_line(', '.join(names)) or 'an approver'}:\n"
+                        f"({one_line(status.current_phase_name)}) waits for approval by "
+                        f"{session_text.who_approves(names, one_line)}:\n"
                         f"    phasegate approve {child} --as {who} --comment 'plan looks right'"
                     )
         return waiting
@@ -372,21 +379,19 @@ class _Follower:
             )
 
     def _finish(self, view: OrchestrationView) -> int:
-        u = view.usage
         self.say(
             f"{view.status}: {len(view.outputs)} outputs "
-            f"({', '.join(o.key for o in view.outputs)}); usage: {u.requests} model requests, "
-            f"{u.input_tokens} in / {u.output_tokens} out tokens"
+            f"({', '.join(o.key for o in view.outputs)}); {usage_line(view.usage)}"
         )
         self._emit(view)
         if view.status == "failed":
-            cmd.echo_err(
-                f"error: orchestration {self.oid} failed: {render.one_line(view.failure)} "
+            echo_err(
+                f"error: orchestration {self.oid} failed: {one_line(view.failure)} "
                 f"(hint: `phasegate plan show {self.oid}` shows the plan and history)"
             )
-            return cmd.EXIT_ERROR
-        return cmd.EXIT_OK
+            return EXIT_ERROR
+        return EXIT_OK
 
     def _emit(self, view: OrchestrationView) -> None:
         if self.ctx.args.json:
-            cmd.echo(_document(view, self.history))
+            echo(_document(view, self.history))

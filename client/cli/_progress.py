@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-from phasegate.client import _cli_render as render
+from phasegate.client.cli._render import one_line, waiting_lines
 from phasegate.domain.errors import PhasegateError, SessionError
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class ProgressPrinter:
         self._printed: dict[str, float] = {}
 
     def show(self, lines: list[str]) -> None:
-        lines = [render.one_line(line) for line in lines]  # they name checks and queues
+        lines = [one_line(line) for line in lines]  # they name checks and queues
         if self.tty:
             text = "; ".join(lines)
             if text != self._shown:
@@ -82,7 +82,7 @@ async def progress_lines(
         w = await asyncio.wait_for(pg.waiting(session_id), timeout=5)
     except (TimeoutError, PhasegateError):
         return []
-    return render.waiting_lines(w, phase, waited)
+    return waiting_lines(w, phase, waited)
 
 
 async def wait_with_progress(

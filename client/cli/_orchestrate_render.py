@@ -1,21 +1,23 @@
 """Human-readable rendering of orchestrations for the CLI (pure: models in, text out):
-history entries, the open gate with the commands that decide it, ``plan show``."""
+history entries, the open gate with the commands that decide it, ``plan show``, and
+the usage line a finished orchestration ends with."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
 
-from phasegate.client import _cli_render as render
+from phasegate.client.cli._render import one_line, table
 
 if TYPE_CHECKING:
+    from phasegate.domain.orchestration.agents import StepUsage
     from phasegate.domain.orchestration.messages import (
         HistoryEntry,
         OrchestrationView,
         OutputRecord,
     )
 
-__all__ = ["entry_line", "gate_lines", "output_summary", "render_plan"]
+__all__ = ["entry_line", "gate_lines", "output_summary", "render_plan", "usage_line"]
 
 _FINISHED = ("completed", "failed")
 
@@ -40,7 +42,7 @@ def entry_line(e: HistoryEntry, *, limit: int = 400) -> str:
         "failed": "✗ failed",
     }.get(e.kind, e.kind.replace("_", " "))
     detail = e.detail if len(e.detail) <= limit else e.detail[: limit - 1] + "…"
-    return render.one_line(f"[{when}] {head}: {detail}" if detail else f"[{when}] {head}")
+    return one_line(f"[{when}] {head}: {detail}" if detail else f"[{when}] {head}")
 
 
 def _approver_arg(view: OrchestrationView) -> str:
@@ -56,8 +58,8 @@ def gate_lines(view: OrchestrationView) -> list[str]:
     oid, who = view.orchestration_id, _approver_arg(view)
     return [
         f"waiting for a person: gate {gate.gate} ({gate.kind} of {gate.agent}): "
-        + render.one_line(gate.reason),
-        f"  approvers: {render.one_line(', '.join(view.approvers))}",
+        + one_line(gate.reason),
+        f"  approvers: {one_line(', '.join(view.approvers))}",
         f"  approve: phasegate orchestrate approve {oid} --as {who} --comment 'looks right'",
         f"  reject:  phasegate orchestrate approve {oid} --as {who} --reject --comment WHY",
     ]
@@ -65,7 +67,7 @@ def gate_lines(view: OrchestrationView) -> list[str]:
 
 def output_summary(o: OutputRecord) -> str:
     """One line of what an output says."""
-    return render.one_line(_summary(o))
+    return one_line(_summary(o))
 
 
 def _summary(o: OutputRecord) -> str:
@@ -97,42 +99,46 @@ def _conf(d: dict[str, Any]) -> str:
     return f"confidence {c:.2f}" if isinstance(c, int | float) else "confidence ?"
 
 
+def usage_line(u: StepUsage) -> str:
+    """``usage: 3 model requests, 1200 in / 300 out tokens``."""
+    return f"usage: {u.requests} model requests, {u.input_tokens} in / {u.output_tokens} out tokens"
+
+
 def render_plan(view: OrchestrationView, history: list[HistoryEntry], *, tail: int) -> str:
     """``plan show``: the plan with the current step marked, outputs, usage, history."""
     plan, issue = view.plan, view.issue
-    one = render.one_line
-    lines = [f"{view.orchestration_id} · issue {issue.id}: {one(issue.title)} — {view.status}"]
+    lines = [f"{view.orchestration_id} · issue {issue.id}: {one_line(issue.title)} — {view.status}"]
     if plan.steps:
         scope = plan.scope or "?"
-        lines.append(f"plan ({plan.mode}, scope {scope}): {one(plan.reasoning[:300])}")
+        lines.append(f"plan ({plan.mode}, scope {scope}): {one_line(plan.reasoning[:300])}")
         for s in plan.steps:
             mark = "▶" if s.index == plan.current and view.status not in _FINISHED else " "
             mark = "✓" if s.status == "done" else ("✗" if s.status == "failed" else mark)
-            extra = [f"→ {s.key}" if s.key else "", f"session {s.child_session}" if s.child_session else "",
-                     f"approved by {s.approved_by}" if s.approved_by else ""]  # fmt: skip
+            extra = [
+                f"→ {s.key}" if s.key else "",
+                f"session {s.child_session}" if s.child_session else "",
+                f"approved by {s.approved_by}" if s.approved_by else "",
+            ]
             lines.append(
                 f"  {mark} {s.index} {s.agent:<9} [{s.status}] "
                 + " ".join(x for x in extra if x)
-                + (f"  {one(s.reason[:100])}" if s.reason else "")
+                + (f"  {one_line(s.reason[:100])}" if s.reason else "")
             )
     else:
         lines.append("plan: not made yet")
     lines += gate_lines(view)
     if view.last_decision:
-        lines.append(f"last decision: {one(view.last_decision)}")
+        lines.append(f"last decision: {one_line(view.last_decision)}")
     if plan.replanned_count:
-        lines.append(f"replans: {plan.replanned_count} (latest: {one(plan.replan_reason)})")
+        lines.append(f"replans: {plan.replanned_count} (latest: {one_line(plan.replan_reason)})")
     if view.pending_replan:
-        lines.append(f"replan pending: {one(view.pending_replan)}")
+        lines.append(f"replan pending: {one_line(view.pending_replan)}")
     if view.outputs:
         rows = [(o.key, o.model or "-", _usage(o), output_summary(o)[:160]) for o in view.outputs]
-        lines += ["outputs:", render.table(("KEY", "MODEL", "USAGE", "SAYS"), rows, indent="  ")]
-    u = view.usage
-    lines.append(
-        f"usage: {u.requests} model requests, {u.input_tokens} in / {u.output_tokens} out tokens"
-    )
+        lines += ["outputs:", table(("KEY", "MODEL", "USAGE", "SAYS"), rows, indent="  ")]
+    lines.append(usage_line(view.usage))
     if view.failure:
-        lines.append(f"failed: {one(view.failure)}")
+        lines.append(f"failed: {one_line(view.failure)}")
     if history and tail:
         shown = history[-tail:]
         head = "history:" if len(shown) == len(history) else f"history (latest {len(shown)}):"

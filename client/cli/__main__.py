@@ -1,0 +1,7 @@
+"""``python -m phasegate.client.cli``: the ``phasegate`` command."""
+
+import sys
+
+from phasegate.client.cli import main
+
+sys.exit(main())
