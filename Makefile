@@ -1,4 +1,5 @@
-# phasegate: `make demo` runs the demo on the embedded dev server; `make test` runs the tests.
+# phasegate: `make demo` runs the demo on the embedded dev server; `make test` runs the
+# type checker and the tests (`make test-unit`: the tests that need no server).
 # Both create .venv and install everything first (idempotent; a stamp file skips reinstalls).
 
 PYTHON ?= python3
@@ -6,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint install clean
+.PHONY: demo test test-unit typecheck bench lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +20,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
-test: $(STAMP)
+test: typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
+
+test-unit: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit
+
+# The repository root is the `phasegate` package: mypy reads it through a link.
+typecheck: $(STAMP)
+	mkdir -p $(VENV)/typecheck && ln -sfn "$(CURDIR)" $(VENV)/typecheck/phasegate
+	cd $(VENV)/typecheck && ../bin/mypy --config-file "$(CURDIR)/pyproject.toml" -p phasegate
+	cd bench && MYPYPATH=../$(VENV)/typecheck:. ../$(BIN)/mypy \
+		--config-file ../pyproject.toml --explicit-package-bases *.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -8,6 +8,7 @@ caller can branch on ``err.code`` (``phase_sequence_violation``,
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import uuid
 from datetime import datetime, timedelta
@@ -411,7 +412,7 @@ class PhasegateClient(BaseClient):
         workflow_type: str | None = None,
         older_than: timedelta | None = None,
         limit: int = 50,
-    ) -> list[SessionListing]:
+    ) -> builtins.list[SessionListing]:
         """Sessions that closed before loading their definition (a bad spec or target),
         newest first, each with the ``reason`` it failed."""
         query = executions.failed_starts_query(older_than)
@@ -440,8 +441,8 @@ class PhasegateClient(BaseClient):
         except RPCError as exc:
             raise phasegate_error(exc) from None
 
-    async def _listings(self, query: str, limit: int) -> list[SessionListing]:
-        out: list[SessionListing] = []
+    async def _listings(self, query: str, limit: int) -> builtins.list[SessionListing]:
+        out: builtins.list[SessionListing] = []
         async for wf in self.temporal.list_workflows(query, limit=limit):
             out.append(_listing(wf))
         return out
@@ -471,8 +472,8 @@ class PhasegateClient(BaseClient):
                         )
                     raise err from None
                 if attempt == _QUERY_RETRIES:
-                    err = await self._failed_start(session_id)
-                    raise err or self._no_answer(
+                    failed = await self._failed_start(session_id)
+                    raise failed or self._no_answer(
                         f"session {session_id}", _QUERY_RETRIES + 1
                     ) from None
                 await asyncio.sleep(0.5 * (attempt + 1))

@@ -177,7 +177,7 @@ class DatabaseInUse(PhasegateError):
         who = f"process {pid}" if pid else "another process"
         if holder.get("owner"):
             who += f", started by `{holder['owner']}`"
-        gone = bool(owner_pid) and owner_pid != pid and not _alive(owner_pid)
+        gone = owner_pid is not None and owner_pid != pid and not _alive(int(owner_pid))
         if gone:
             who += f" (process {owner_pid}, now gone)"
         address = holder.get("address")

@@ -41,8 +41,11 @@ def test_an_agent_that_stopped_early_is_named_with_its_last_words() -> None:
     )
     assert "exited (code 2)" in err.message and err.message.endswith("boom")
     assert len(err.message) < 900
-    assert "timed out" in developer.agent_stopped(
-        "s", exit_code=-9, timed_out=True, asked=None, output_tail=""
-    ).message
+    assert (
+        "timed out"
+        in developer.agent_stopped(
+            "s", exit_code=-9, timed_out=True, asked=None, output_tail=""
+        ).message
+    )
     asked = developer.agent_stopped("s", exit_code=0, timed_out=False, asked="why", output_tail="")
     assert asked.message == "the coding agent asked for a replan: why"
