@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
     )
 
-RUNS = Path(__file__).resolve().parent / "histories" / "orchestration_runs"
+RUNS = Path(__file__).resolve().parents[1] / "histories" / "orchestration_runs"
 HISTORIES = sorted(RUNS.glob("*.json"))
 _TEST_MODEL = re.compile(r"test:([A-Za-z0-9][A-Za-z0-9._-]{0,63})")
 

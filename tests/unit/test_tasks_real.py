@@ -26,7 +26,7 @@ from phasegate.activities.tasks_md import parse_tasks_md
 from phasegate.activities.tasks_md._text import match_phase, parse_head, phase_number
 from phasegate.domain.spec import ParsedSpec, SpecTask
 
-REAL = Path(__file__).parent / "fixtures" / "tasks" / "real"
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "real"
 
 
 @dataclass(frozen=True)

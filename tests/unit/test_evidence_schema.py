@@ -25,7 +25,7 @@ from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import FieldSpec, load_gate
 from phasegate.domain.session.messages import LoadSessionRequest, PhaseDefinition, SessionOptions
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SPECS = [
     *sorted(p for p in (REPO / "tests/fixtures/tasks/real").glob("*.md") if p.name != "SOURCES.md"),
     *sorted((REPO / "examples/specs").glob("*/tasks.md")),

@@ -15,7 +15,7 @@ from phasegate.activities.definitions import DefinitionActivities
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.session.messages import LoadSessionRequest, SessionOptions
 
-FIXTURE_LIBRARY = Path(__file__).parent / "fixtures" / "library"
+FIXTURE_LIBRARY = Path(__file__).resolve().parents[1] / "fixtures" / "library"
 
 
 def _plan(acts: DefinitionActivities, target: str, spec: str | None = None, wf: str = "dyn_v1"):
