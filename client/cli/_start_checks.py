@@ -43,7 +43,7 @@ def _target(target: str) -> None:
 
 def _spec(spec: str, target: str, extra_roots: list[str]) -> None:
     import phasegate.activities._safe_read as safe_read
-    from phasegate.activities.tasks_md import SPEC_LIMIT, parse_tasks_md, spec_roots
+    from phasegate.activities.tasks_md import read_spec, spec_roots
 
     where = f"--spec {spec}"
     hint = "pass the spec's tasks.md, or the folder holding it"
@@ -64,10 +64,8 @@ def _spec(spec: str, target: str, extra_roots: list[str]) -> None:
             hint="put the spec inside the target folder, or list its folder in "
             "PHASEGATE_SPEC_ROOTS (the worker's setting; set it here too)",
         )
-    try:
-        data = safe_read.read_bytes(path, limit=SPEC_LIMIT, what="spec", hint=hint)
-        text = safe_read.decode(data, path, what="spec", hint=hint)
-        parse_tasks_md(text, source=str(path))
+    try:  # the one way a spec is read (as the worker will)
+        read_spec(path, target=target, extra_roots=extra_roots)
     except PhasegateError as exc:
         at = exc.where or str(path)
         raise PhasegateError(exc.message, where=f"--spec {at}", hint=exc.hint) from None

@@ -4,14 +4,12 @@ workflow library, specs and the retrieval index, read on this machine (no server
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phasegate.client.cli._common import EXIT_ERROR, EXIT_OK, JSON, Parser, echo
 from phasegate.client.cli._render import render_check, render_library, render_spec, to_json
-from phasegate.domain.errors import PhasegateError
 
 if TYPE_CHECKING:
     from phasegate.domain.settings import Settings
@@ -57,22 +55,11 @@ def register(sub: Any) -> None:
 
 
 def spec_parse(args: argparse.Namespace, settings: Settings) -> int:
-    from phasegate.activities import _safe_read as safe_read
-    from phasegate.activities.tasks_md import parse_tasks_md
+    from phasegate.activities.tasks_md import read_spec
 
-    path = Path(args.path).expanduser()
-    if path.is_dir():
-        path = path / "tasks.md"
-    try:  # the same bounded reader sessions use: a regular file, at most 1 MiB
-        data = safe_read.read_bytes(path, limit=safe_read.MiB, what="spec")
-    except OSError as exc:
-        raise PhasegateError(
-            f"cannot read spec: {exc.strerror or exc}",
-            where=str(path),
-            hint="pass a tasks.md file or the directory holding it",
-        ) from None
-    spec = parse_tasks_md(data.decode("utf-8", errors="replace"), source=str(path))
-    spec.sha256 = spec.sha256 or hashlib.sha256(data).hexdigest()
+    # The one way a spec is read: the bounded reader sessions use (a regular UTF-8 file,
+    # at most 1 MiB), so what this prints is what a session would load.
+    spec = read_spec(Path(args.path).expanduser())
     echo(to_json(spec) if args.json else render_spec(spec))
     return EXIT_OK
 
