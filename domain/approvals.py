@@ -1,8 +1,8 @@
 """One approval policy for every workflow: who may decide a gate, and whether a decision
 sent to decide it is acceptable.
 
-A gated session's phase approval, an orchestration's step approval or escalation, a
-signed replan request, and every workflow to come decide their gates the same way:
+A gated session's phase approval and controls, an orchestration's step approval or
+escalation, a signed replan request, and every workflow to come decide the same way:
 
 - the workflow's state says *whether* a gate is open (nothing to decide, wrong phase
   or gate) — that part is its own;
@@ -19,8 +19,9 @@ wrong, where (the field) and what to do next. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from phasegate.domain.errors import ApprovalRefused
 from phasegate.domain.signing import ApproverKey, check_signed_decision
@@ -41,6 +42,8 @@ class Deciders:
         scope: What is decided, in messages: ``session`` or ``orchestration``.
         gate_noun: What a gate is called there: ``phase`` or ``gate``.
         how: The command that sends a valid decision (named in refusals).
+        kind: ``approval`` (a decision on a gate) or ``control`` (pause, resume, ...).
+        signing_hint: Who signs and how, named when a signature is refused.
     """
 
     keys: Sequence[ApproverKey] = ()
@@ -49,6 +52,8 @@ class Deciders:
     scope: str = "session"
     gate_noun: str = "phase"
     how: str = ""
+    kind: Literal["approval", "control"] = "approval"
+    signing_hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,56 +82,83 @@ class Decision:
 
 
 def refusal(
-    deciders: Deciders, decision: Decision, *, used_nonces: Collection[str]
+    deciders: Deciders,
+    decision: Decision,
+    *,
+    used_nonces: Collection[str],
+    signed: Callable[[], str | None] | None = None,
 ) -> ApprovalRefused | None:
     """Why ``decision`` may not decide its gate under ``deciders``, or None.
 
     Checks, first failure reported: a name; not one of phasegate's own actors; on the
     allowlist; a way to decide at all (keys, or unsigned decisions allowed); and, with
-    keys, a valid signature by the approver's key and a fresh nonce.
+    keys, a valid signature by the sender's key and a fresh nonce.
+
+    Args:
+        signed: Checks the signature of a message that is not an approval (a control
+            signs ``canonical_control_message``); default: the approval's own check.
     """
     how = f" ({deciders.how})" if deciders.how else ""
+    role = "actor" if deciders.kind == "control" else "approver"
     if not decision.approver.strip():
         return ApprovalRefused(
-            "an approval must name its approver", where="approver", hint=deciders.how or None
+            f"{'a control' if deciders.kind == 'control' else 'an approval'} must name its {role}",
+            where=role,
+            hint=deciders.how or None,
         )
     if reason := reserved_actor(decision.approver):
-        return ApprovalRefused(reason, where="approver", hint=f"decide under your own name{how}")
+        return ApprovalRefused(reason, where=role, hint=f"use your own name{how}")
     if deciders.names and decision.approver not in deciders.names:
         return ApprovalRefused(
             f"{decision.approver!r} may not approve {deciders.gate_noun} {decision.gate} of "
             f"this {deciders.scope}",
-            where="approver",
+            where=role,
             hint=f"allowed approvers: {', '.join(deciders.names)}",
         )
     if not deciders.keys:
-        if deciders.unsigned_ok:
-            return None
-        return ApprovalRefused(
-            f"this deployment accepts only signed approvals and this {deciders.scope} names "
-            "no approver keys, so no decision can be accepted",
-            where="approver_keys",
-            hint="name signed approvers on the worker (`phasegate dev --approver-key NAME`, "
-            "PHASEGATE_APPROVER_KEYS, or approver_keys in metadata.json), or set "
-            "PHASEGATE_ALLOW_UNSIGNED_APPROVALS=1 where agents cannot reach Temporal",
+        return None if deciders.unsigned_ok else _unsigned_refused(deciders)
+    if signed is not None:
+        reason = signed()
+    else:
+        reason = check_signed_decision(
+            keys=list(deciders.keys),
+            session_id=decision.scope_id,
+            phase=decision.gate,
+            decision=decision.decision,
+            approver=decision.approver,
+            comment=decision.comment,
+            nonce=decision.nonce,
+            signature=decision.signature,
+            used_nonces=frozenset(used_nonces),
+            binding=decision.binding,
         )
-    reason = check_signed_decision(
-        keys=list(deciders.keys),
-        session_id=decision.scope_id,
-        phase=decision.gate,
-        decision=decision.decision,
-        approver=decision.approver,
-        comment=decision.comment,
-        nonce=decision.nonce,
-        signature=decision.signature,
-        used_nonces=frozenset(used_nonces),
-        binding=decision.binding,
-    )
     if reason is None:
         return None
     reason = reason.replace("for session ", f"for {deciders.scope} ")
     return ApprovalRefused(
         reason.replace("this session requires", f"this {deciders.scope} requires"),
         where="signature",
-        hint=f"sign it{how}" if deciders.how else None,
+        hint=deciders.signing_hint or (f"sign it{how}" if deciders.how else None),
+    )
+
+
+def _unsigned_refused(deciders: Deciders) -> ApprovalRefused:
+    """Nobody holds a key and the deployment refuses name-only messages of this kind."""
+    if deciders.kind == "control":
+        return ApprovalRefused(
+            "this deployment accepts only signed controls, and neither it nor this session "
+            "names a key that may sign them, so no control can be accepted",
+            where="operator_keys",
+            hint="name operators on the worker: PHASEGATE_OPERATOR_KEYS="
+            '"$(phasegate keys export NAME)" phasegate worker (create the key with '
+            "`phasegate keys new NAME`), then `phasegate control SESSION ACTION --as NAME`; "
+            "or set PHASEGATE_ALLOW_UNSIGNED_CONTROLS=1 where agents cannot reach Temporal",
+        )
+    return ApprovalRefused(
+        f"this deployment accepts only signed approvals and this {deciders.scope} names "
+        "no approver keys, so no decision can be accepted",
+        where="approver_keys",
+        hint="name signed approvers on the worker (`phasegate dev --approver-key NAME`, "
+        "PHASEGATE_APPROVER_KEYS, or approver_keys in metadata.json), or set "
+        "PHASEGATE_ALLOW_UNSIGNED_APPROVALS=1 where agents cannot reach Temporal",
     )

@@ -23,11 +23,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from phasegate.domain.approvals import Deciders, Decision, refusal
 from phasegate.domain.errors import PhaseSequenceViolation, SessionError, SessionNotActive
 from phasegate.domain.limits import RESERVED_PREFIX
 from phasegate.domain.session.messages import AuditEntry, ControlRequest
 from phasegate.domain.signing import ApproverKey, check_signed_control
-from phasegate.domain.trust import reserved_actor
 
 if TYPE_CHECKING:
     from phasegate.domain.session.state import SessionState
@@ -52,18 +52,26 @@ def check_control(
 
 
 def _check_actor(state: SessionState, req: ControlRequest, session_id: str) -> SessionError | None:
-    """Whether the request may act on the session at all (see the module docstring)."""
-    if not req.actor.strip():
-        return SessionError(
-            "a control must name its actor",
-            where="actor",
-            hint=f"phasegate control {session_id or 'SESSION'} {req.action} --as NAME",
-        )
-    if reason := reserved_actor(req.actor):
-        return SessionError(reason, where="actor", hint="name yourself: --as NAME")
+    """Whether the request may act on the session at all: the one approval policy
+    (``domain.approvals``) with the session's control keys and a control's signature."""
     keys = control_keys(state)
-    if keys:
-        reason = check_signed_control(
+    signers = ", ".join(sorted({k.name for k in keys}))
+    how = f"phasegate control {session_id or 'SESSION'} {req.action} --as NAME"
+    return refusal(
+        Deciders(
+            keys=keys,
+            unsigned_ok=state.unsigned_controls,
+            scope="session",
+            how=how,
+            kind="control",
+            signing_hint=f"controls of this session are signed by: {signers}; such a person "
+            f"runs `{how}` with NAME's key in their key directory",
+        ),
+        Decision(
+            scope_id=session_id, gate=state.current.index, approver=req.actor, decision=req.action
+        ),
+        used_nonces=state.used_nonces,
+        signed=lambda: check_signed_control(
             keys=keys,
             session_id=session_id,
             action=req.action,
@@ -73,28 +81,8 @@ def _check_actor(state: SessionState, req: ControlRequest, session_id: str) -> S
             nonce=req.nonce,
             signature=req.signature,
             used_nonces=frozenset(state.used_nonces),
-        )
-        if reason is None:
-            return None
-        return SessionError(
-            reason,
-            where="signature",
-            hint="controls of this session are signed by: "
-            f"{', '.join(sorted({k.name for k in keys}))}; such a person runs "
-            f"`phasegate control {session_id or 'SESSION'} {req.action} --as NAME` "
-            "with NAME's key in their key directory",
-        )
-    if not state.unsigned_controls:
-        return SessionError(
-            "this deployment accepts only signed controls, and neither it nor this session "
-            "names a key that may sign them, so no control can be accepted",
-            where="operator_keys",
-            hint="name operators on the worker: PHASEGATE_OPERATOR_KEYS="
-            '"$(phasegate keys export NAME)" phasegate worker (create the key with '
-            "`phasegate keys new NAME`), then `phasegate control SESSION ACTION --as NAME`; "
-            "or set PHASEGATE_ALLOW_UNSIGNED_CONTROLS=1 where agents cannot reach Temporal",
-        )
-    return None
+        ),
+    )
 
 
 def _check_action(state: SessionState, req: ControlRequest) -> SessionError | None:
