@@ -22,7 +22,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -358,10 +358,10 @@ def sign_decision(
     Raises:
         PhasegateError: The key cannot be loaded, or the decision is invalid.
     """
-    private = load_private_key(name, directory=directory)
-    nonce = new_nonce()
-    try:
-        message = canonical_message(
+    return _signed(
+        name,
+        directory,
+        lambda nonce: canonical_message(
             session_id=session_id,
             phase=phase,
             decision=decision,
@@ -369,12 +369,10 @@ def sign_decision(
             approver=name,
             comment=comment,
             binding=binding,
-        )
-    except (ValueError, TypeError) as err:
-        raise PhasegateError(
-            str(err), where="decision", hint="decide 'approve' or 'reject' for an integer phase"
-        ) from err
-    return nonce, base64.b64encode(private.sign(message)).decode("ascii")
+        ),
+        where="decision",
+        hint="decide 'approve' or 'reject' for an integer phase",
+    )
 
 
 def sign_control(
@@ -402,21 +400,36 @@ def sign_control(
     Raises:
         PhasegateError: The key cannot be loaded, or the control is invalid.
     """
-    private = load_private_key(name, directory=directory)
-    nonce = new_nonce()
-    try:
-        message = canonical_control_message(
+    return _signed(
+        name,
+        directory,
+        lambda nonce: canonical_control_message(
             session_id=session_id,
             action=action,
             nonce=nonce,
             actor=name,
             reason=reason,
             to_phase=to_phase,
-        )
+        ),
+        where="action",
+        hint="pause, resume, retry_phase, rollback (with an integer --to) or abandon",
+    )
+
+
+def _signed(
+    name: str,
+    directory: Path | None,
+    message: Callable[[str], bytes],
+    *,
+    where: str,
+    hint: str,
+) -> tuple[str, str]:
+    """``(nonce, signature)`` of the canonical message ``message(nonce)`` builds, signed
+    with ``name``'s private key: the one way decisions and controls are signed."""
+    private = load_private_key(name, directory=directory)
+    nonce = new_nonce()
+    try:
+        data = message(nonce)
     except (ValueError, TypeError) as err:
-        raise PhasegateError(
-            str(err),
-            where="action",
-            hint="pause, resume, retry_phase, rollback (with an integer --to) or abandon",
-        ) from err
-    return nonce, base64.b64encode(private.sign(message)).decode("ascii")
+        raise PhasegateError(str(err), where=where, hint=hint) from err
+    return nonce, base64.b64encode(private.sign(data)).decode("ascii")
