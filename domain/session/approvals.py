@@ -178,7 +178,9 @@ def expire_approval(
             detail=f"no decision within {approval.timeout}",
         )
     )
-    url = state.options.notify_url or approval.notify_url
+    # The definition's address wins: whoever starts a session (the agent, at level 2)
+    # may name one where the gate names none, never redirect the lead's notices.
+    url = approval.notify_url or state.options.notify_url
     if not url:
         return ApprovalExpiry(phase=phase, action="escalate")
     payload = {

@@ -99,7 +99,8 @@ class SessionOptions(BaseModel):
     notify_url: str | None = Field(
         None,
         max_length=2048,
-        description="Webhook for overdue approvals; overrides the gate's approval.notify_url.",
+        description="Webhook for overdue approvals where the gate names none (the gate's "
+        "approval.notify_url always wins: a starter cannot redirect the lead's notices).",
     )
     approver_keys: list[ApproverKey] | None = Field(
         None,

@@ -352,18 +352,25 @@ def test_expiry_with_on_timeout_escalate_marks_overdue_and_asks_to_notify() -> N
     assert state.current.index == 3 and state.status == "active"
 
 
-def test_escalation_notifies_where_the_session_says_or_nowhere() -> None:
-    state = new_state(options=SessionOptions(notify_url="https://ops.example/hook"))
+def test_escalation_notifies_the_gates_address_else_the_sessions_else_nowhere() -> None:
+    # The gate's own address wins: a starter cannot redirect the lead's notices.
+    state = new_state(options=SessionOptions(notify_url="https://agent.example/x"))
     to_phase(state, 2)
     submit(state, 2, GOOD[2])
     phase, due = state.approval_deadline() or (0, NOW)
     expiry = state.expire_approval(phase, due, due)
+    assert expiry and expiry.notify and expiry.notify.url == "https://hooks.example/phasegate"
+
+    due = NOW + timedelta(seconds=60)
+    quiet = [make_phase(0, {"approval": {"required": True, "timeout": 60}})]
+    state = new_state(quiet, options=SessionOptions(notify_url="https://ops.example/hook"))
+    submit(state, 0, {}, phases=quiet)
+    expiry = state.expire_approval(0, due, due)
     assert expiry and expiry.notify and expiry.notify.url == "https://ops.example/hook"
 
-    quiet = [make_phase(0, {"approval": {"required": True, "timeout": 60}})]
     state = new_state(quiet)
     submit(state, 0, {}, phases=quiet)
-    expiry = state.expire_approval(0, NOW + timedelta(seconds=60), NOW + timedelta(seconds=60))
+    expiry = state.expire_approval(0, due, due)
     assert expiry is not None and expiry.action == "escalate" and expiry.notify is None
 
 
