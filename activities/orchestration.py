@@ -42,6 +42,7 @@ from phasegate.domain.orchestration.messages import (
     VerifyPlanRequest,
     VerifyPlanResult,
 )
+from phasegate.domain.orchestration.views import INLINE_OUTPUT_BYTES
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.trust import narrowed_to_nobody
 
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 DEVELOPER_WORKFLOW = "spec_execution_v1"  # the developer's gated session runs this
-OUTPUT_INLINE_BYTES = 16 * 1024  # larger outputs are kept as files, by reference
+OUTPUT_INLINE_BYTES = INLINE_OUTPUT_BYTES  # larger outputs are kept as files (the domain decides)
 _PATH_TOKEN = re.compile(
     r"`([^`\s]+\.[A-Za-z0-9]{1,8})`|(?<![\w/.])((?:[\w.-]+/)+[\w.-]+\.[A-Za-z0-9]{1,8})\b"
 )
