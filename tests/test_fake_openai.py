@@ -117,10 +117,9 @@ async def test_a_request_with_nothing_scripted_fails_fast_and_says_why():
         assert "no scripted answer left for request #1" in err.value.message
         with pytest.raises(openai.NotFoundError):
             await client.models.list()
-        fake.tool_call({})
-        with pytest.raises(openai.BadRequestError, match="does not stream"):
+        with pytest.raises(openai.BadRequestError, match="no scripted answer left"):
             await client.chat.completions.create(model="m", messages=ASK, stream=True)
-        assert [r.reply for r in fake.requests] == ["unscripted", "not_found", "tool_call"]
+        assert [r.reply for r in fake.requests] == ["unscripted", "not_found", "unscripted"]
 
 
 def test_two_servers_have_their_own_ports_and_base_url_needs_a_running_one():

@@ -219,7 +219,8 @@ def test_stopping_fake_openai_lets_held_requests_go():
     errors: list[str] = []
 
     def call() -> None:
-        request = urllib.request.Request(url, b"{}", {"content-type": "application/json"})
+        body = json.dumps({"model": "m", "messages": []}).encode()
+        request = urllib.request.Request(url, body, {"content-type": "application/json"})
         try:
             urllib.request.urlopen(request, timeout=10)
         except Exception as exc:  # noqa: BLE001 - any failure: no answer came
