@@ -6,6 +6,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The real coding-agent CLIs the tests drive against the loopback provider fakes
+# (tests/test_real_agents.py), pinned, from npm into .tools/ (never at test time).
+TOOLS  := .tools
+CLAUDE_CODE_VERSION := 2.1.332
+CODEX_VERSION       := 0.169.0
+TOOLS_STAMP := $(TOOLS)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)
 
 .PHONY: demo test test-unit typecheck bench lint install clean
 
@@ -15,12 +21,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(TOOLS_STAMP):
+	mkdir -p $(TOOLS)
+	npm install --prefix $(TOOLS) --no-audit --no-fund --no-save --loglevel=error \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
+	$(TOOLS)/node_modules/.bin/claude --version || \
+		node $(TOOLS)/node_modules/@anthropic-ai/claude-code/install.cjs
+	$(TOOLS)/node_modules/.bin/claude --version && $(TOOLS)/node_modules/.bin/codex --version
+	touch $@
+
+install: $(STAMP) $(TOOLS_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
-test: typecheck
+test: typecheck $(TOOLS_STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP)
@@ -40,4 +55,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .phasegate .pytest_cache
+	rm -rf $(VENV) $(TOOLS) .phasegate .pytest_cache
