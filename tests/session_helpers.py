@@ -21,7 +21,7 @@ from phasegate.domain.session.messages import (
     DefinitionRef,
     PhaseDefinition,
 )
-from phasegate.domain.session.state import SessionState
+from phasegate.domain.session.state import ApprovalBook, PhaseLedger, SessionState
 from phasegate.domain.signing import ApproverKey, canonical_message
 from phasegate.domain.verify import VerifyResult
 
@@ -85,12 +85,19 @@ def requires_approval(index: int) -> bool:
     return PHASES[index].requires_approval or PHASES[index].gate.approval.required
 
 
+_BOOK_FIELDS = set(ApprovalBook.model_fields)
+
+
 def new_state(phases: list[PhaseDefinition] = PHASES, **kw: Any) -> SessionState:
+    """A session on ``phases``; keyword arguments naming the approval book's fields
+    (``approver_keys``, ``unsigned_approvals``…) go to its book, the rest to the state."""
     n = len(phases)
+    book = {k: kw.pop(k) for k in list(kw) if k in _BOOK_FIELDS}
     return SessionState(
         workflow_type="unit_v1",
         ref=DefinitionRef(workflow_type="unit_v1", total_phases=n, static_phase_count=n),
-        current=phases[0],
+        phases=PhaseLedger(current=phases[0]),
+        book=ApprovalBook(**book),
         started_at=NOW,
         updated_at=NOW,
         **kw,
@@ -124,16 +131,16 @@ def submit(
 ) -> CheckpointResult:
     """What GatedSession._checkpoint does; a refusal is raised, as the validator would."""
     sub = CheckpointSubmission(phase=phase, evidence=evidence, submission_id=sid)
-    if sid and sid in state.processed:
+    if sid and sid in state.answers.by_submission:
         return state.repeat(sid)
     problem = state.check_submission(sub)
     if problem is not None:
         raise problem
     evaluation = state.evaluate(sub)
     verify = verify_results(verify_ok) if state.needs_verify(evaluation) else []
-    result, advance = state.record_checkpoint(sub, now, via, evaluation, verify)
+    result, advance = state.apply_submission(sub, now, via, evaluation, verify)
     following = phases[state.current.index + 1] if advance and not state.is_last_phase() else None
-    return state.finish_checkpoint(sub, result, following, now)
+    return state.finish_submission(sub, result, following, now)
 
 
 def decide(
@@ -161,7 +168,7 @@ def decide(
     following = None
     if decision == "approve" and not state.is_last_phase():
         following = phases[state.current.index + 1]
-    return state.decide(d, following, now)
+    return state.apply_decision(d, following, now)
 
 
 def control(state: SessionState, action: str, now: datetime = NOW, **kw: Any) -> None:

@@ -101,12 +101,12 @@ async def test_abandon_is_terminal_and_needs_a_reason(session_env, tmp_path):
 def test_every_status_renders_web_ui_details(tmp_path):
     """A status the details renderer does not know would fail the workflow task."""
     from phasegate.domain.session.messages import DefinitionRef, PhaseDefinition
-    from phasegate.domain.session.state import SessionState
+    from phasegate.domain.session.state import PhaseLedger, SessionState
 
     state = SessionState(
         workflow_type="w",
         ref=DefinitionRef(workflow_type="w", total_phases=2, static_phase_count=2),
-        current=PhaseDefinition(index=0, label="0", name="First", content="x"),
+        phases=PhaseLedger(current=PhaseDefinition(index=0, label="0", name="First", content="x")),
     )
     for status in get_args(SessionStatus):
         state.status = status

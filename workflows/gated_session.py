@@ -49,7 +49,12 @@ with workflow.unsafe.imports_passed_through():
         TaskQuery,
         TaskView,
     )
-    from phasegate.domain.session.state import DEADLINE_ACTOR, SessionState
+    from phasegate.domain.session.state import (
+        DEADLINE_ACTOR,
+        ApprovalBook,
+        PhaseLedger,
+        SessionState,
+    )
     from phasegate.domain.session.views import details_markdown
     from phasegate.domain.settings import verify_task_queue
     from phasegate.domain.verify import VerifyReport, VerifyResult
@@ -126,16 +131,18 @@ class GatedSession:
                 target=start.target,
                 options=plan.options_for(start.options),
                 ref=plan.ref,
-                current=plan.first_phase,
+                phases=PhaseLedger(current=plan.first_phase),
                 started_at=now,
                 updated_at=now,
                 # Who may approve and control is the deployment's and the definition's
                 # call; the starter's options can only narrow it (domain.trust).
-                approver_keys=plan.approver_keys,
-                unsigned_approvals=plan.unsigned_approvals,
-                operator_keys=plan.operator_keys,
-                unsigned_controls=plan.unsigned_controls,
-                signs_evidence=workflow.patched("approvals-sign-evidence"),
+                book=ApprovalBook(
+                    approver_keys=plan.approver_keys,
+                    unsigned_approvals=plan.unsigned_approvals,
+                    operator_keys=plan.operator_keys,
+                    unsigned_controls=plan.unsigned_controls,
+                    signs_evidence=workflow.patched("approvals-sign-evidence"),
+                ),
             )
             self._state.note_run(workflow.info().run_id)
         self._publish()
@@ -183,7 +190,7 @@ class GatedSession:
     @submit_checkpoint.validator
     def _validate_checkpoint(self, sub: CheckpointSubmission) -> None:
         check(self._ready().check_submission(sub))
-        if self._verifying and sub.submission_id not in self._ready().processed:
+        if self._verifying and sub.submission_id not in self._ready().answers:
             # Refused, not queued: waiting submissions would hold Temporal's few in-flight
             # update slots for the length of a test run and lock out a person's controls.
             raise refuse(
@@ -222,7 +229,7 @@ class GatedSession:
         state = self._state
         assert state is not None
         async with self._lock:
-            if sub.submission_id and sub.submission_id in state.processed:
+            if sub.submission_id and sub.submission_id in state.answers:
                 return state.repeat(sub.submission_id)
             # Re-check under the lock: a concurrent submission may have advanced.
             problem = state.check_submission(sub)
@@ -230,9 +237,9 @@ class GatedSession:
                 raise problem
             evaluation = state.evaluate(sub)
             verify = await self._verify(sub) if state.needs_verify(evaluation) else []
-            result, advance = state.record_checkpoint(sub, workflow.now(), via, evaluation, verify)
+            result, advance = state.apply_submission(sub, workflow.now(), via, evaluation, verify)
             next_phase = await self._next_phase() if advance else None
-            result = state.finish_checkpoint(sub, result, next_phase, workflow.now())
+            result = state.finish_submission(sub, result, next_phase, workflow.now())
             if advance:
                 advanced("checkpoint")
                 self._start_prefetch()
@@ -352,7 +359,7 @@ class GatedSession:
                     next_phase = await self._next_phase()
                 except PhasegateError as exc:
                     raise application_error(exc, non_retryable=False) from None
-            if state.decide(decision, next_phase, workflow.now()):
+            if state.apply_decision(decision, next_phase, workflow.now()):
                 advanced("approval")
                 self._start_prefetch()
             self._publish()
@@ -399,7 +406,7 @@ class GatedSession:
             asyncio.create_task(self._deadline(key))
 
     async def _deadline(self, key: tuple[int, datetime]) -> None:
-        """The timer; what a passed deadline means is ``SessionState.expire_approval``'s call."""
+        """The timer; what a passed deadline means is ``SessionState.apply_deadline``'s call."""
         state = self._state
         assert state is not None
         phase, due_at = key
@@ -415,7 +422,7 @@ class GatedSession:
         except TimeoutError:
             pass
         async with self._lock:
-            expiry = state.expire_approval(
+            expiry = state.apply_deadline(
                 phase, due_at, workflow.now(), session_id=workflow.info().workflow_id
             )
             if expiry is None:
@@ -437,7 +444,7 @@ class GatedSession:
             )
         except ActivityError as exc:
             error = str(exc.cause or exc)
-        state.record_notification(phase, request.url, workflow.now(), error)
+        state.apply_notification(phase, request.url, workflow.now(), error)
 
     # ---- queries -------------------------------------------------------
 

@@ -38,10 +38,8 @@ __all__ = [
     "canonical",
     "carry",
     "elided",
+    "compact_result",
     "evidence_digest",
-    "log_attempts",
-    "note_run",
-    "remember",
 ]
 
 MAX_REMEMBERED_SUBMISSIONS = 500
@@ -104,48 +102,6 @@ def bounded_artifacts(
     return {k: out[k] for k in artifacts}
 
 
-def note_run(state: SessionState, run_id: str) -> None:
-    """Add this run to the session's run chain (first runs and the latest kept)."""
-    if run_id in state.run_chain:
-        return
-    state.run_chain.append(run_id)
-    if len(state.run_chain) > MAX_RUN_CHAIN:
-        del state.run_chain[1 : len(state.run_chain) - MAX_RUN_CHAIN + 1]
-
-
-def log_attempts(state: SessionState) -> None:
-    """Move the current phase's attempts, compacted, to the (bounded) attempt log."""
-    state.attempt_log.extend(a.compacted() for a in state.attempts)
-    del state.attempt_log[:-MAX_ATTEMPT_LOG]
-    state.attempts = []
-
-
-def trim_attempts(state: SessionState, with_evidence: int) -> None:
-    """Bound the current phase's attempts: only the newest ``with_evidence`` keep their
-    evidence, and beyond :data:`MAX_CURRENT_ATTEMPTS` the oldest move (compacted) to the
-    bounded attempt log. A flood of failing submissions never grows the state."""
-    older = len(state.attempts) - with_evidence
-    for i in range(max(older, 0)):
-        state.attempts[i] = state.attempts[i].compacted()
-    overflow = len(state.attempts) - MAX_CURRENT_ATTEMPTS
-    if overflow > 0:
-        state.attempt_log.extend(state.attempts[:overflow])
-        del state.attempts[:overflow]
-        del state.attempt_log[:-MAX_ATTEMPT_LOG]
-
-
-def remember(state: SessionState, submission_id: str | None, result: CheckpointResult) -> None:
-    """Keep a result for idempotent repeats (bounded, oldest dropped first); the next
-    phase's view is not stored — ``SessionState.repeat`` builds it again from state."""
-    if not submission_id:
-        return
-    if result.next_phase is not None:
-        result = result.model_copy(update={"next_phase": None})
-    state.processed[submission_id] = result
-    while len(state.processed) > MAX_REMEMBERED_SUBMISSIONS:
-        del state.processed[next(iter(state.processed))]
-
-
 def carry(state: SessionState, limit: int = CARRY_LIMIT_BYTES) -> dict[str, Any]:
     """The state as continue-as-new input, compacted step by step until it fits ``limit``."""
     data = state.model_dump(mode="json")
@@ -157,37 +113,25 @@ def carry(state: SessionState, limit: int = CARRY_LIMIT_BYTES) -> dict[str, Any]
     return data
 
 
-# ---- compaction steps, mildest first --------------------------------------------
+# ---- compaction steps, mildest first (each asks the owners to shrink) -------------
 
 
 def _compact_attempts(state: SessionState) -> None:
-    state.attempts = [a.compacted() for a in state.attempts]
-    state.superseded = [elided(a) for a in state.superseded[-MAX_SUPERSEDED:]]
+    state.attempts.compact()
+    state.phases.compact_superseded()
 
 
-def _strip_old_phases(state: SessionState, keep: int = 3) -> None:
-    """Completed phases' texts (they are in earlier runs' histories); names and tasks stay."""
-    for index in sorted(state.past)[: max(len(state.past) - keep, 0)]:
-        phase = state.past[index]
-        state.past[index] = phase.model_copy(
-            update={
-                "content": "(content of this completed phase is in an earlier run's history)",
-                "tasks": [t.model_copy(update={"content": "", "context": []}) for t in phase.tasks],
-                "context": [],
-                "example_evidence": None,
-            }
-        )
+def _strip_old_phases(state: SessionState) -> None:
+    state.phases.strip_old_phases(keep=3)
 
 
 def _compact_remembered(state: SessionState) -> None:
-    keep = list(state.processed.items())[-100:]
-    state.processed = {k: _compact_result(r, problems=3) for k, r in keep}
+    state.answers.compact(keep=100, problems=3)
 
 
 def _trim_logs(state: SessionState) -> None:
-    del state.attempt_log[:-50]
-    del state.approvals[:-MAX_APPROVALS]
-    del state.used_nonces[:-MAX_NONCES]
+    state.attempts.trim(50)
+    state.book.trim()
     if len(state.audit) > 200:
         del state.audit[_AUDIT_HEAD : len(state.audit) - 200 + _AUDIT_HEAD]
 
@@ -196,20 +140,19 @@ def _elide_artifacts(state: SessionState) -> None:
     """The oldest completed phases' evidence first, until the state fits (sizes are
     adjusted per artifact: the whole state is measured once)."""
     size = len(canonical(state.model_dump(mode="json")))
-    for index in sorted(state.artifacts):
+    artifacts = state.phases.artifacts
+    for index in sorted(artifacts):
         if size <= CARRY_LIMIT_BYTES:
             return
-        before = state.artifacts[index]
-        state.artifacts[index] = elided(before)
-        size -= len(canonical(before.model_dump(mode="json"))) - len(
-            canonical(state.artifacts[index].model_dump(mode="json"))
-        )
+        before = len(canonical(artifacts[index].model_dump(mode="json")))
+        state.phases.elide_artifact(index)
+        size -= before - len(canonical(artifacts[index].model_dump(mode="json")))
 
 
 def _strip_all_phases(state: SessionState) -> None:
-    _strip_old_phases(state, keep=0)
-    state.processed = {}
-    state.attempt_log = []
+    state.phases.strip_old_phases(keep=0)
+    state.answers.clear()
+    state.attempts.trim(0)
 
 
 _COMPACTION: tuple[Callable[[SessionState], None], ...] = (
@@ -222,7 +165,7 @@ _COMPACTION: tuple[Callable[[SessionState], None], ...] = (
 )
 
 
-def _compact_result(result: CheckpointResult, problems: int) -> CheckpointResult:
+def compact_result(result: CheckpointResult, problems: int) -> CheckpointResult:
     """A remembered answer: no next-phase view, few problems, short verify excerpts."""
     return result.model_copy(
         update={

@@ -7,10 +7,16 @@ a server and replays identically. Time comes in as an argument
 (``workflow.now()``), never from a clock.
 
 The workflow's part is mechanics: it runs the activities (verify, render, the
-webhook) and the approval timer and hands their outcomes back here. Approval
-rules live in ``session_approvals``, controls in ``session_controls``, the
-read-side views in ``session_views``; ``SessionState`` is the one surface the
-workflow calls.
+webhook) and the approval timer and hands their outcomes back here. Each message
+has a ``check_<message>`` (what the update's validator calls; changes nothing)
+and an ``apply_<message>``: submission, decision, control, and the approval
+deadline and its notification.
+
+The state is built from owners that each keep their own fields and are the only
+code changing them (``ledger``): the :class:`PhaseLedger`, the :class:`AttemptLog`,
+the :class:`ApprovalBook` and the remembered :class:`Answers`. Rules that span
+several live here. Who may approve and control is decided in ``approvals`` and
+``controls`` and the read-side views in ``views``, all reading only.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from phasegate.domain import trust
 from phasegate.domain.errors import (
@@ -29,20 +35,26 @@ from phasegate.domain.errors import (
     SessionNotActive,
 )
 from phasegate.domain.gate_eval import evaluate_gate
-from phasegate.domain.gates import GateEvaluation, Problem
+from phasegate.domain.gates import GateEvaluation
 from phasegate.domain.session import approvals as session_approvals
 from phasegate.domain.session import bounds as session_bounds
 from phasegate.domain.session import controls as session_controls
 from phasegate.domain.session import views as session_views
 from phasegate.domain.session.approvals import DEADLINE_ACTOR, ApprovalExpiry
+from phasegate.domain.session.checking import verify_unavailable, with_verify
+from phasegate.domain.session.ledger import (
+    Answers,
+    ApprovalBook,
+    AttemptLog,
+    PhaseLedger,
+    nest_flat_state,
+)
 from phasegate.domain.session.messages import (
     ApprovalDecision,
-    ApprovalRecord,
     Attempt,
     AuditEntry,
     CheckpointResult,
     CheckpointSubmission,
-    CompletedPhase,
     ControlRequest,
     DefinitionRef,
     PhaseArtifact,
@@ -56,11 +68,14 @@ from phasegate.domain.session.messages import (
     SessionView,
     TaskView,
 )
-from phasegate.domain.signing import ApproverKey
 from phasegate.domain.verify import VerifyRequest, VerifyResult, budget_seconds
 
 __all__ = [
     "DEADLINE_ACTOR",
+    "Answers",
+    "ApprovalBook",
+    "AttemptLog",
+    "PhaseLedger",
     "MAX_REMEMBERED_SUBMISSIONS",
     "VERIFY_SLACK_SECONDS",
     "ApprovalExpiry",
@@ -92,47 +107,28 @@ class SessionState(BaseModel):
     ref: DefinitionRef
     status: SessionStatus = "active"
     paused_from: SessionStatus | None = None
-    current: PhaseDefinition
-    past: dict[int, PhaseDefinition] = Field(default_factory=dict)
-    completed: list[CompletedPhase] = Field(default_factory=list)
-    artifacts: dict[int, PhaseArtifact] = Field(default_factory=dict)
-    superseded: list[PhaseArtifact] = Field(default_factory=list)
-    pending: PhaseArtifact | None = Field(None, description="Passed, awaiting approval.")
-    approval_due_at: datetime | None = None
-    attempts: list[Attempt] = Field(default_factory=list, description="Current phase.")
-    attempt_log: list[Attempt] = Field(
-        default_factory=list, description="Attempts of earlier phases (and undone ones), compacted."
-    )
-    attempt_count: int = Field(0, ge=0)
-    approvals: list[ApprovalRecord] = Field(default_factory=list)
-    processed: dict[str, CheckpointResult] = Field(default_factory=dict)
+    phases: PhaseLedger
+    attempts: AttemptLog = Field(default_factory=AttemptLog)
+    book: ApprovalBook = Field(default_factory=ApprovalBook)
+    answers: Answers = Field(default_factory=Answers)
     feedback: str = ""
     audit: list[AuditEntry] = Field(default_factory=list)
     last_signal_error: str | None = None
     started_at: datetime | None = None
     updated_at: datetime | None = None
     runs: int = Field(1, ge=1)
-    approver_keys: list[ApproverKey] = Field(
-        default_factory=list, description="Signed approvers; non-empty means signatures required."
-    )
-    unsigned_approvals: bool = Field(
-        True, description="Name-only approvals accepted when no approver keys are named."
-    )
-    operator_keys: list[ApproverKey] = Field(
-        default_factory=list, description="Signed operators of the deployment (controls)."
-    )
-    unsigned_controls: bool = Field(
-        True, description="Name-only controls accepted when no approver or operator keys."
-    )
     run_chain: list[str] = Field(
         default_factory=list, description="Run ids of this session, first to current (bounded)."
     )
-    signs_evidence: bool = False  # approvals are version 2 (bind evidence and first run)
-    used_nonces: list[str] = Field(
-        default_factory=list, description="Nonces of accepted decisions (replays are refused)."
-    )
+
+    _nest_flat_state = model_validator(mode="before")(nest_flat_state)
 
     # ---- reading -------------------------------------------------------
+
+    @property
+    def current(self) -> PhaseDefinition:
+        """The phase being worked on (the ledger's)."""
+        return self.phases.current
 
     @property
     def total_phases(self) -> int:
@@ -162,13 +158,7 @@ class SessionState(BaseModel):
 
     def readable(self, index: int) -> PhaseDefinition | None:
         """The phase if the agent may read it (current or completed), else None."""
-        if index == self.current.index and not self.finished:
-            return self.current
-        if index in self.past:
-            return self.past[index]
-        if index == self.current.index:
-            return self.current
-        return None
+        return self.phases.readable(index, finished=self.finished)
 
     def violation(self, requested: int, what: str = "phase") -> SequenceViolation:
         """The refusal any read of a not-yet-reached phase gets (no future content)."""
@@ -196,7 +186,7 @@ class SessionState(BaseModel):
 
     def check_submission(self, sub: CheckpointSubmission) -> SessionError | None:
         """Why a submission must be refused before it touches history, or None."""
-        if sub.submission_id and sub.submission_id in self.processed:
+        if sub.submission_id and sub.submission_id in self.answers:
             return None  # a repeat: answered with the original result
         if self.status == "paused":
             return SessionNotActive(
@@ -216,7 +206,7 @@ class SessionState(BaseModel):
                 hint="wait for the decision; a rejection reopens the phase with feedback",
             )
         if sub.phase != self.current.index:
-            done = sub.phase in self.past
+            done = sub.phase in self.phases.past
             return PhaseSequenceViolation(
                 f"phase {sub.phase} is {'already completed' if done else 'not reached yet'}; "
                 f"the session is on phase {self.current.index} ({self.current.name})",
@@ -235,7 +225,7 @@ class SessionState(BaseModel):
     def check_decision(
         self, decision: ApprovalDecision, session_id: str = ""
     ) -> SessionError | None:
-        """Why an approval decision must be refused, or None (see ``session_approvals``)."""
+        """Why an approval decision must be refused, or None (see ``approvals``)."""
         return session_approvals.check_decision(self, decision, session_id)
 
     # ---- changing ------------------------------------------------------
@@ -264,19 +254,9 @@ class SessionState(BaseModel):
         ``timeout_seconds`` plus a fixed slack for the checks that only read."""
         return timedelta(seconds=budget_seconds(self.current.gate.verify) + VERIFY_SLACK_SECONDS)
 
-    @staticmethod
-    def verify_unavailable(cause: str) -> list[VerifyResult]:
-        """The verdict when the checks could not run at all: one failed check (it blocks)."""
-        return [
-            VerifyResult(
-                name="verify",
-                kind="activity",
-                passed=False,
-                message=f"the workspace checks could not run: {cause}",
-            )
-        ]
+    verify_unavailable = staticmethod(verify_unavailable)
 
-    def record_checkpoint(
+    def apply_submission(
         self,
         sub: CheckpointSubmission,
         now: datetime,
@@ -290,33 +270,18 @@ class SessionState(BaseModel):
         ``strict: false``. A passing checkpoint on a phase that needs approval
         parks the session in ``awaiting_approval``; otherwise (advance_now) the
         caller renders the next phase. Either way the caller then calls
-        :meth:`finish_checkpoint` for the final answer.
+        :meth:`finish_submission` for the final answer.
         """
-        evaluation = evaluation or self.evaluate(sub)
+        evaluation = with_verify(evaluation or self.evaluate(sub), verify or [])
         verify = list(verify or [])
-        failed = [
-            Problem(
-                field=f"verify:{r.name}",
-                rule=f"verify:{r.kind}",
-                message=r.message,
-                expected="check passes",
-                got=_tail(r.excerpt),
-            )
-            for r in verify
-            if not r.passed
-        ]
-        if failed:
-            evaluation = evaluation.model_copy(
-                update={"passed": False, "problems": [*evaluation.problems, *failed]}
-            )
         if via == "signal":
             self.last_signal_error = None
-        self.attempt_count += 1
         sha, size = session_bounds.evidence_digest(sub.evidence)
-        self.attempts.append(
+        number = self.attempts.next_number()
+        self.attempts.record(
             Attempt(
                 phase=self.current.index,
-                number=self.attempt_count,
+                number=number,
                 at=now,
                 passed=evaluation.passed,
                 problems=evaluation.problems,
@@ -327,16 +292,16 @@ class SessionState(BaseModel):
                 evidence_sha256=sha,
                 evidence_bytes=size,
                 verify=verify,
-            )
+            ),
+            with_evidence=MAX_ATTEMPTS_WITH_EVIDENCE,
         )
-        session_bounds.trim_attempts(self, MAX_ATTEMPTS_WITH_EVIDENCE)
         self.updated_at = now
         result = CheckpointResult(
             passed=evaluation.passed,
             problems=evaluation.problems,
             warnings=evaluation.warnings,
             current_phase=self.current.index,
-            attempt=self.attempt_count,
+            attempt=number,
             submission_id=sub.submission_id,
             verify=verify,
         )
@@ -344,39 +309,40 @@ class SessionState(BaseModel):
             result.example_evidence = self.current.example_evidence
             return result, False
         self.feedback = ""
-        self.pending = PhaseArtifact(
-            phase=self.current.index,
-            label=self.current.label,
-            name=self.current.name,
-            evidence=sub.evidence,
-            outputs={
-                "warnings": [w.model_dump() for w in evaluation.warnings],
-                "gate_source": self.current.gate.source,
-                "verify": [r.model_dump() for r in verify],
-            },
-            submitted_at=now,
-            submission_id=sub.submission_id,
-            attempt=self.attempt_count,
-            evidence_sha256=sha,
-            evidence_bytes=size,
-            recorded_in_run=self.run_chain[-1] if self.run_chain else None,
+        self.phases.park(
+            PhaseArtifact(
+                phase=self.current.index,
+                label=self.current.label,
+                name=self.current.name,
+                evidence=sub.evidence,
+                outputs={
+                    "warnings": [w.model_dump() for w in evaluation.warnings],
+                    "gate_source": self.current.gate.source,
+                    "verify": [r.model_dump() for r in verify],
+                },
+                submitted_at=now,
+                submission_id=sub.submission_id,
+                attempt=number,
+                evidence_sha256=sha,
+                evidence_bytes=size,
+                recorded_in_run=self.run_chain[-1] if self.run_chain else None,
+            )
         )
         if self.requires_approval():
             self.status = "awaiting_approval"
-            timeout = self.current.gate.approval.timeout_seconds()
-            self.approval_due_at = now + timedelta(seconds=timeout) if timeout else None
+            self.book.open(now, self.current.gate.approval.timeout_seconds())
             result.awaiting_approval = True
             return result, False
         return result, True
 
-    def finish_checkpoint(
+    def finish_submission(
         self,
         sub: CheckpointSubmission,
         result: CheckpointResult,
         next_phase: PhaseDefinition | None,
         now: datetime,
     ) -> CheckpointResult:
-        """The final answer to a checkpoint :meth:`record_checkpoint` recorded.
+        """The final answer to a checkpoint :meth:`apply_submission` recorded.
 
         When it advances (passed, no approval needed) the phase is completed and
         ``next_phase`` entered (None only after the last phase); the answer then
@@ -394,7 +360,7 @@ class SessionState(BaseModel):
                     "next_phase": None if completed else self.next_view(),
                 }
             )
-        self.remember(sub.submission_id, result)
+        self.answers.remember(sub.submission_id, result)
         return result
 
     def is_last_phase(self) -> bool:
@@ -405,41 +371,39 @@ class SessionState(BaseModel):
 
         ``next_phase`` is None only when the current phase is the last one.
         """
-        assert self.pending is not None, "advance without a passed checkpoint"
-        done = self.current
-        self.artifacts[done.index] = self.pending
-        self.pending = None
-        self.completed.append(
-            CompletedPhase(
-                phase=done.index,
-                label=done.label,
-                name=done.name,
-                completed_at=now,
-                attempts=self.attempt_count,
-            )
-        )
-        self.past[done.index] = done
-        self.log_attempts()
-        self.attempt_count = 0
+        self.phases.complete(now, attempts=self.attempts.count)
+        self.attempts.close_phase()
         self.updated_at = now
         if next_phase is None:
             self.status = "completed"
             return
-        self.current = next_phase
+        self.phases.enter(next_phase)
         self.status = "active"
 
-    def record_decision(self, decision: ApprovalDecision, now: datetime) -> bool:
-        """Record a checked decision. Returns True if the phase should now advance."""
-        return session_approvals.record_decision(self, decision, now)
-
-    def decide(
+    def apply_decision(
         self, decision: ApprovalDecision, next_phase: PhaseDefinition | None, now: datetime
     ) -> bool:
         """Record a checked decision; an approval completes the phase and enters
-        ``next_phase`` (rendered beforehand; None after the last phase). Returns
-        whether the session advanced."""
-        if not self.record_decision(decision, now):
+        ``next_phase`` (rendered beforehand; None after the last phase), a rejection
+        drops the pending artifact and reopens the phase with the comment as feedback.
+        Returns whether the session advanced."""
+        self.book.record(decision, now)
+        self.updated_at = now
+        self.audit.append(
+            AuditEntry(
+                at=now,
+                action=decision.decision,
+                actor=decision.approver,
+                phase=decision.phase,
+                detail=decision.comment,
+            )
+        )
+        if decision.decision != "approve":
+            self.phases.discard()
+            self.status = "active"
+            self.feedback = decision.comment or f"rejected by {decision.approver}"
             return False
+        self.phases.approve(decision.approver)
         self.advance(next_phase, now)
         return True
 
@@ -450,33 +414,56 @@ class SessionState(BaseModel):
 
         Only while awaiting approval: a paused session's deadline waits for resume.
         """
-        if self.status != "awaiting_approval" or self.approval_due_at is None:
+        if self.status != "awaiting_approval" or self.book.due_at is None:
             return None
-        return self.current.index, self.approval_due_at
+        return self.current.index, self.book.due_at
 
     def approval_pending(self, phase: int, due_at: datetime) -> bool:
         """Whether the approval with deadline ``due_at`` on ``phase`` is still undecided."""
         return (
-            self.awaiting_approval
-            and self.current.index == phase
-            and self.approval_due_at == due_at
+            self.awaiting_approval and self.current.index == phase and self.book.due_at == due_at
         )
 
-    def expire_approval(
+    def apply_deadline(
         self, phase: int, due_at: datetime, now: datetime, session_id: str = ""
     ) -> ApprovalExpiry | None:
-        """The deadline ``due_at`` of ``phase`` passed: reject or escalate as the gate says.
+        """The deadline ``due_at`` of ``phase`` passed: reject (the phase reopens) or
+        escalate (``approval_overdue``, audited) as the gate says.
 
         Returns what was done (and, for an escalation with a webhook, the call to
         make), or None when that deadline no longer applies.
         """
-        return session_approvals.expire_approval(self, phase, due_at, now, session_id)
+        expiry = session_approvals.expiry(self, phase, due_at, session_id)
+        if expiry is None:
+            return None
+        if expiry.action == "reject":
+            comment = f"no decision within {expiry.waited}; the phase is reopened"
+            rejection = ApprovalDecision(
+                phase=phase, approver=DEADLINE_ACTOR, decision="reject", comment=comment
+            )
+            self.apply_decision(rejection, None, now)
+            return expiry
+        self.status = "approval_overdue"
+        self.updated_at = now
+        self.audit.append(
+            AuditEntry(
+                at=now,
+                action="escalate",
+                actor=DEADLINE_ACTOR,
+                phase=phase,
+                detail=f"no decision within {expiry.waited}",
+            )
+        )
+        return expiry
 
-    def record_notification(
+    def apply_notification(
         self, phase: int, url: str, now: datetime, error: str | None = None
     ) -> None:
-        """Audit the escalation webhook: delivered (``error`` None) or why not."""
-        session_approvals.record_notification(self, phase, url, now, error)
+        """Audit the webhook call an escalation asked for: delivered (``error`` None) or why not."""
+        detail = f"notified {url}" if error is None else f"notify {url} failed: {error}"
+        self.audit.append(
+            AuditEntry(at=now, action="notify", actor=DEADLINE_ACTOR, phase=phase, detail=detail)
+        )
 
     # ---- controls --------------------------------------------------------
 
@@ -485,14 +472,53 @@ class SessionState(BaseModel):
         return session_controls.check_control(self, req, session_id)
 
     def apply_control(self, req: ControlRequest, now: datetime) -> None:
-        """Carry out a checked control request and audit it (see ``session_controls``)."""
-        session_controls.apply_control(self, req, now)
+        """Carry out a checked control request and audit it (a signed one's nonce is spent)."""
+        phase = self.current.index
+        if req.action == "pause":
+            self.paused_from, self.status = self.status, "paused"
+        elif req.action == "resume":
+            self.status, self.paused_from = self.paused_from or "active", None
+        elif req.action == "abandon":
+            self.status = "abandoned"
+        elif req.action == "retry_phase":
+            self._retry_phase()
+        elif req.action == "rollback":
+            assert req.to_phase is not None
+            self._rollback(req.to_phase)
+        self.book.spend(req.nonce)
+        self.audit.append(
+            AuditEntry(at=now, action=req.action, actor=req.actor, phase=phase, detail=req.reason)
+        )
+        self.updated_at = now
+
+    def _retry_phase(self) -> None:
+        """Reopen the current phase for new evidence: attempts start again from 1, and a
+        passed checkpoint awaiting approval is withdrawn (kept as superseded), so the
+        session takes a new checkpoint instead of waiting for a decision."""
+        self.attempts.close_phase()
+        self.feedback = ""
+        if self.phases.pending is not None:
+            self.phases.withdraw()
+            self.book.close()
+        if self.awaiting_approval:
+            self.status = "active"
+        elif self.status == "paused" and self.paused_from in (
+            "awaiting_approval",
+            "approval_overdue",
+        ):
+            self.paused_from = "active"
+
+    def _rollback(self, to_phase: int) -> None:
+        """Reopen completed phase ``to_phase``; later artifacts are kept as superseded and
+        remembered answers about the undone phases are forgotten (they would now be wrong)."""
+        self.phases.rollback(to_phase)
+        self.attempts.close_phase()
+        self.answers.forget_from(to_phase)
+        self.book.close()
+        self.paused_from = None
+        self.status = "active"
 
     # ---- bookkeeping -----------------------------------------------------
-
-    def log_attempts(self) -> None:
-        """Move the current phase's attempts, compacted, to the (bounded) attempt log."""
-        session_bounds.log_attempts(self)
 
     def next_view(self) -> PhaseView | None:
         """The current phase as an advance's answer carries it: whole, gate schema included,
@@ -504,7 +530,7 @@ class SessionState(BaseModel):
         """The answer to a repeated submission: the original; after an advance, with the
         view of the phase it advanced to, only while that phase is still readable (never a
         future one: a rollback may have undone it)."""
-        result = self.processed[submission_id]
+        result = self.answers[submission_id]
         if not result.passed or result.awaiting_approval or result.completed:
             return result
         # The view only while that phase is still the one to work on: an agent following
@@ -537,15 +563,11 @@ class SessionState(BaseModel):
         """The state as continue-as-new input, compacted until it fits the payload limit."""
         return session_bounds.carry(self)
 
-    def remember(self, submission_id: str | None, result: CheckpointResult) -> None:
-        """Keep a result for idempotent repeats (bounded; see ``session_bounds``)."""
-        session_bounds.remember(self, submission_id, result)
-
     def note_run(self, run_id: str) -> None:
-        """Record the run now holding the session (its run chain shows in ``status``)."""
-        session_bounds.note_run(self, run_id)
-
-
-def _tail(text: str, limit: int = 160) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else "..." + text[-limit:]
+        """Record the run now holding the session (its run chain shows in ``status``):
+        the first runs and the latest are kept."""
+        if run_id in self.run_chain:
+            return
+        self.run_chain.append(run_id)
+        if len(self.run_chain) > session_bounds.MAX_RUN_CHAIN:
+            del self.run_chain[1 : len(self.run_chain) - session_bounds.MAX_RUN_CHAIN + 1]

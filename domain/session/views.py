@@ -59,14 +59,14 @@ def violation(state: SessionState, requested: int, what: str = "phase") -> Seque
         requested_phase=requested,
         current_phase=state.current.index,
         total_phases=state.total_phases,
-        completed_phases=[c.phase for c in state.completed],
+        completed_phases=[c.phase for c in state.phases.completed],
         current_content=state.current.content,
     )
 
 
 def status_view(state: SessionState) -> SessionView:
     """The answer to the ``status`` query."""
-    last = state.attempts[-1] if state.attempts else None
+    last = state.attempts.current[-1] if state.attempts.current else None
     return SessionView(
         workflow_type=state.workflow_type,
         name=state.name,
@@ -75,25 +75,25 @@ def status_view(state: SessionState) -> SessionView:
         current_phase=state.current.index,
         current_phase_name=state.current.name,
         total_phases=state.total_phases,
-        completed_phases=list(state.completed),
-        attempts=state.attempt_count,
+        completed_phases=list(state.phases.completed),
+        attempts=state.attempts.count,
         last_problems=list(last.problems) if last and not last.passed else [],
-        approvals=state.approvals[-AUDIT_IN_VIEW:],
+        approvals=state.book.records[-AUDIT_IN_VIEW:],
         awaiting_approval_from=(
             state.allowed_approvers() or ["any approver"] if state.awaiting_approval else []
         ),
-        approval_due_at=state.approval_due_at if state.awaiting_approval else None,
+        approval_due_at=state.book.due_at if state.awaiting_approval else None,
         audit=state.audit[-AUDIT_IN_VIEW:],
         audit_total=len(state.audit) if len(state.audit) > AUDIT_IN_VIEW else None,
         superseded=list(
             bounded_artifacts(
-                {str(n): a for n, a in enumerate(state.superseded[-AUDIT_IN_VIEW:])},
+                {str(n): a for n, a in enumerate(state.phases.superseded[-AUDIT_IN_VIEW:])},
                 VIEW_EVIDENCE_BYTES // 2,
             ).values()
         ),
-        attempt_log=state.attempt_log[-50:],
+        attempt_log=state.attempts.earlier[-50:],
         feedback=state.feedback,
-        artifacts={str(k): sorted(a.evidence) for k, a in sorted(state.artifacts.items())},
+        artifacts={str(k): sorted(a.evidence) for k, a in sorted(state.phases.artifacts.items())},
         last_signal_error=state.last_signal_error,
         started_at=state.started_at,
         updated_at=state.updated_at,
@@ -110,11 +110,11 @@ def phase_view(
     phase = state.readable(index)
     if phase is None:
         return violation(state, index)
-    which: Literal["current", "completed"] = "completed" if index in state.past else "current"
+    which: Literal["current", "completed"] = "completed" if index in state.phases.past else "current"
     # Artifacts of earlier phases (and, for a completed phase, its own).
     earlier = {
         str(k): a
-        for k, a in sorted(state.artifacts.items())
+        for k, a in sorted(state.phases.artifacts.items())
         if k < index or (which == "completed" and k == index)
     }
     return PhaseView(
@@ -167,9 +167,9 @@ def summary(state: SessionState) -> SessionSummary:
     return SessionSummary(
         workflow_type=state.workflow_type,
         status=state.status,
-        completed_phases=[c.phase for c in state.completed],
+        completed_phases=[c.phase for c in state.phases.completed],
         total_phases=state.total_phases,
-        artifacts=bounded_artifacts({str(k): a for k, a in sorted(state.artifacts.items())}),
+        artifacts=bounded_artifacts({str(k): a for k, a in sorted(state.phases.artifacts.items())}),
     )
 
 
@@ -184,7 +184,7 @@ def artifact(state: SessionState, index: int) -> PhaseArtifact | SequenceViolati
     """
     if state.readable(index) is None:
         return violation(state, index, "artifact of phase")
-    found = state.artifacts.get(index)
+    found = state.phases.artifacts.get(index)
     if found is None:
         raise SessionError(
             f"phase {index} has no artifact: it is not completed",
@@ -250,9 +250,9 @@ def details_markdown(state: SessionState) -> str:
             f"{state.total_phases}): {p.name}"
         ),
         f"- status: `{state.status}`; waiting for {waits}",
-        f"- attempts on this phase: {state.attempt_count}",
+        f"- attempts on this phase: {state.attempts.count}",
     ]
-    last = state.attempts[-1] if state.attempts else None
+    last = state.attempts.current[-1] if state.attempts.current else None
     if last and not last.passed:
         lines.append("- last problems:")
         lines += [f"  - `{pr.field}`: {pr.message}" for pr in last.problems[:5]]

@@ -64,7 +64,7 @@ def test_many_failed_attempts_with_ids_still_continue_as_new_under_the_limit():
     carried = state.carry()
     assert len(canonical(carried)) <= CARRY_LIMIT_BYTES
     revived = SessionState.model_validate(carried)
-    assert revived.attempt_count == 1200 and revived.current.index == 0
+    assert revived.attempts.count == 1200 and revived.current.index == 0
     # The newest answers are still remembered: a repeat answers as the first time did.
     last = "attempt-01199-" + "i" * 100
     assert revived.repeat(last).attempt == 1200
@@ -91,7 +91,7 @@ def test_large_evidence_on_every_phase_keeps_queries_results_and_carry_bounded()
     assert len(canonical(carried)) <= CARRY_LIMIT_BYTES
     revived = SessionState.model_validate(carried)
     for i in range(10):
-        artifact = revived.artifacts[i]
+        artifact = revived.phases.artifacts[i]
         assert artifact.evidence_sha256 == evidence_digest(sent[i])[0]  # never without a digest
         assert artifact.evidence == sent[i] or artifact.evidence_elided
 
@@ -172,7 +172,7 @@ def test_worst_case_session_still_carries_under_the_limit():
     carried = state.carry()
     assert len(canonical(carried)) <= CARRY_LIMIT_BYTES
     revived = SessionState.model_validate(carried)
-    assert revived.pending is not None and revived.pending.evidence == evidence
+    assert revived.phases.pending is not None and revived.phases.pending.evidence == evidence
 
 
 def test_a_flood_of_failing_submissions_never_grows_the_state():
@@ -181,8 +181,8 @@ def test_a_flood_of_failing_submissions_never_grows_the_state():
     noisy = {"summary": "x" * 2000, "count": 0}
     for n in range(4000):
         submit(state, 0, noisy, sid=f"flood-{n:05d}", now=NOW + timedelta(seconds=n))
-    assert len(state.attempts) <= 200 and len(state.attempt_log) <= 500
-    assert state.attempt_count == 4000 and state.attempts[-1].number == 4000
+    assert len(state.attempts.current) <= 200 and len(state.attempts.earlier) <= 500
+    assert state.attempts.count == 4000 and state.attempts.current[-1].number == 4000
     assert len(canonical(state.carry())) <= CARRY_LIMIT_BYTES
 
 
@@ -195,13 +195,13 @@ def test_many_decisions_stay_bounded_in_status_and_carry():
             phase=1, approver="lead", decision="reject", comment="c" * 500, nonce=f"n{n:020d}"
         )
         assert state.check_decision(reject) is None
-        state.record_decision(reject, NOW + timedelta(seconds=n))
+        state.apply_decision(reject, None, NOW + timedelta(seconds=n))
     view = state.status_view()
     assert len(view.approvals) == 100 and len(view.audit) == 100
     carried = state.carry()
     assert len(canonical(carried)) <= CARRY_LIMIT_BYTES
     revived = SessionState.model_validate(carried)
-    assert revived.approvals[-1].comment == "c" * 500
+    assert revived.book.records[-1].comment == "c" * 500
 
 
 @pytest.mark.parametrize(

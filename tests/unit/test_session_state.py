@@ -51,15 +51,15 @@ def test_passing_evidence_advances_and_answers_with_the_next_phase() -> None:
     assert result.current_phase == 1 and result.attempt == 1 and result.submission_id == "s1"
     assert result.next_phase is not None and result.next_phase.phase == 1
     assert result.next_phase.content == "content of phase 1"
-    assert state.current.index == 1 and state.status == "active" and state.attempt_count == 0
-    assert [c.phase for c in state.completed] == [0] and state.completed[0].attempts == 1
-    assert state.artifacts[0].evidence == GOOD[0] and state.pending is None
+    assert state.current.index == 1 and state.status == "active" and state.attempts.count == 0
+    assert [c.phase for c in state.phases.completed] == [0] and state.phases.completed[0].attempts == 1
+    assert state.phases.artifacts[0].evidence == GOOD[0] and state.phases.pending is None
     assert state.updated_at == NOW + timedelta(minutes=1)
-    assert [a.phase for a in state.attempt_log] == [0]
+    assert [a.phase for a in state.attempts.earlier] == [0]
     # The advance's answer carries the next phase's whole view, gate schema included.
     assert result.next_phase.gate.json_schema["required"] == list(result.next_phase.gate.fields)
     # Remembered without the next phase's view; a repeat builds it again from state.
-    assert state.processed["s1"].next_phase is None
+    assert state.answers.by_submission["s1"].next_phase is None
     assert state.repeat("s1") == result
 
 
@@ -69,10 +69,10 @@ def test_failing_evidence_is_recorded_and_does_not_advance() -> None:
     assert not result.passed and result.current_phase == 0 and result.next_phase is None
     assert {p.field for p in result.problems} == {"summary", "count"}
     assert result.example_evidence == PHASES[0].example_evidence
-    assert state.current.index == 0 and state.attempt_count == 1 and not state.completed
-    assert state.attempts[0].evidence == BAD[0] and state.attempts[0].evidence_sha256
+    assert state.current.index == 0 and state.attempts.count == 1 and not state.phases.completed
+    assert state.attempts.current[0].evidence == BAD[0] and state.attempts.current[0].evidence_sha256
     assert state.status_view().last_problems == result.problems
-    assert state.processed["bad"] == result
+    assert state.answers.by_submission["bad"] == result
 
 
 def test_a_repeated_submission_id_never_advances_twice() -> None:
@@ -90,7 +90,7 @@ def test_the_last_phase_completes_the_session() -> None:
     result = submit(state, 3, GOOD[3], sid="last")
     assert result.passed and result.completed and result.next_phase is None
     assert result.current_phase == 3 and state.status == "completed" and state.finished
-    assert [c.phase for c in state.completed] == [0, 1, 2, 3]
+    assert [c.phase for c in state.phases.completed] == [0, 1, 2, 3]
     assert state.summary().completed_phases == [0, 1, 2, 3]
     with pytest.raises(SessionNotActive, match="completed"):
         submit(state, 3, GOOD[3])
@@ -104,14 +104,14 @@ def test_wrong_phase_is_a_sequence_violation() -> None:
     submit(state, 0, GOOD[0])
     with pytest.raises(PhaseSequenceViolation, match="already completed"):
         submit(state, 0, GOOD[0])
-    assert state.attempt_count == 0  # refusals record nothing
+    assert state.attempts.count == 0  # refusals record nothing
 
 
 def test_oversize_evidence_is_refused() -> None:
     state = new_state(options=SessionOptions(max_evidence_bytes=64))
     with pytest.raises(PayloadTooLarge) as err:
         submit(state, 0, {"summary": "x" * 100, "count": 1})
-    assert err.value.where == "evidence" and state.attempt_count == 0
+    assert err.value.where == "evidence" and state.attempts.count == 0
 
 
 def test_paused_and_awaiting_sessions_refuse_checkpoints() -> None:
@@ -143,8 +143,8 @@ def test_verify_runs_only_for_otherwise_passing_evidence_and_blocks_lenient_gate
     assert result.verify == verify_results(False)
     result = submit(state, 2, lenient, verify_ok=True)
     assert result.passed and result.awaiting_approval and result.warnings
-    assert state.pending is not None
-    assert [r["passed"] for r in state.pending.outputs["verify"]] == [True, True]
+    assert state.phases.pending is not None
+    assert [r["passed"] for r in state.phases.pending.outputs["verify"]] == [True, True]
 
 
 def test_checks_that_cannot_run_block() -> None:
@@ -152,7 +152,7 @@ def test_checks_that_cannot_run_block() -> None:
     to_phase(state, 2)
     sub = CheckpointSubmission(phase=2, evidence=GOOD[2])
     unavailable = state.verify_unavailable("worker lost")
-    result, advance = state.record_checkpoint(sub, NOW, "update", None, unavailable)
+    result, advance = state.apply_submission(sub, NOW, "update", None, unavailable)
     assert not result.passed and not advance
     assert result.problems[-1].field == "verify:verify"
     assert "could not run: worker lost" in result.problems[-1].message
@@ -164,15 +164,15 @@ def test_a_signal_clears_the_last_signal_error() -> None:
     submit(state, 0, BAD[0], via="update")
     assert state.last_signal_error == "earlier refusal"
     submit(state, 0, BAD[0], via="signal")
-    assert state.last_signal_error is None and state.attempts[-1].via == "signal"
+    assert state.last_signal_error is None and state.attempts.current[-1].via == "signal"
 
 
 def test_only_the_last_ten_attempts_keep_their_evidence() -> None:
     state = new_state()
     for i in range(12):
         submit(state, 0, {**BAD[0], "i": i})
-    assert [bool(a.evidence) for a in state.attempts] == [False] * 2 + [True] * 10
-    assert all(a.evidence_sha256 for a in state.attempts)
+    assert [bool(a.evidence) for a in state.attempts.current] == [False] * 2 + [True] * 10
+    assert all(a.evidence_sha256 for a in state.attempts.current)
 
 
 # --------------------------------------------------------------------------- approvals
@@ -191,10 +191,10 @@ def test_approval_allowlist_and_approve_advances() -> None:
     with pytest.raises(ApprovalRefused, match="phase 0 is not awaiting"):
         decide(state, "ops", phase=0)
     assert decide(state, "ops", comment="fine", now=NOW + timedelta(minutes=5))
-    assert state.current.index == 2 and state.artifacts[1].approved_by == "ops"
-    assert [(a.approver, a.decision, a.phase) for a in state.approvals] == [("ops", "approve", 1)]
+    assert state.current.index == 2 and state.phases.artifacts[1].approved_by == "ops"
+    assert [(a.approver, a.decision, a.phase) for a in state.book.records] == [("ops", "approve", 1)]
     assert state.audit[-1].action == "approve" and state.audit[-1].detail == "fine"
-    assert state.approval_due_at is None and state.pending is None
+    assert state.book.due_at is None and state.phases.pending is None
 
 
 def test_session_approvers_narrow_the_gate_never_widen_it() -> None:
@@ -231,8 +231,8 @@ def test_reject_reopens_the_phase_with_feedback() -> None:
     to_phase(state, 1)
     submit(state, 1, GOOD[1])
     assert not decide(state, "lead", "reject", comment="add a rollback plan")
-    assert state.status == "active" and state.current.index == 1 and state.pending is None
-    assert state.feedback == "add a rollback plan" and state.approval_due_at is None
+    assert state.status == "active" and state.current.index == 1 and state.phases.pending is None
+    assert state.feedback == "add a rollback plan" and state.book.due_at is None
     assert state.status_view().feedback == "add a rollback plan"
     result = submit(state, 1, {"plan": "plan with rollback"})
     assert result.awaiting_approval and state.feedback == ""
@@ -265,7 +265,7 @@ def test_signed_approvals() -> None:
         decide(state, "lead", **wrong_phase)
     reject = lead.sign(1, "reject", "r" * 16, comment="redo")
     assert not decide(state, "lead", "reject", comment="redo", **reject)
-    assert state.used_nonces == ["r" * 16]
+    assert state.book.used_nonces == ["r" * 16]
     submit(state, 1, GOOD[1])
     with pytest.raises(ApprovalRefused, match="nonce already used"):
         decide(state, "lead", "reject", comment="redo", **reject)
@@ -282,7 +282,7 @@ def test_a_passed_checkpoint_sets_the_deadline_the_timer_runs_for() -> None:
     to_phase(state, 1)
     submit(state, 1, GOOD[1], now=NOW)
     due = NOW + timedelta(hours=2)
-    assert state.approval_due_at == due and state.approval_deadline() == (1, due)
+    assert state.book.due_at == due and state.approval_deadline() == (1, due)
     assert state.approval_pending(1, due) and not state.approval_pending(1, NOW)
     assert state.status_view().approval_due_at == due
     control(state, "pause", reason="r")
@@ -295,7 +295,7 @@ def test_no_timeout_means_no_deadline() -> None:
     phases = [make_phase(0, {"evidence_schema": {"a": "string"}, "approval": True})]
     state = new_state(phases)
     assert submit(state, 0, {"a": "x"}, phases=phases).awaiting_approval
-    assert state.approval_due_at is None and state.approval_deadline() is None
+    assert state.book.due_at is None and state.approval_deadline() is None
 
 
 def test_expiry_with_on_timeout_reject_reopens_the_phase() -> None:
@@ -303,15 +303,15 @@ def test_expiry_with_on_timeout_reject_reopens_the_phase() -> None:
     to_phase(state, 1)
     submit(state, 1, GOOD[1])
     phase, due = state.approval_deadline() or (0, NOW)
-    expiry = state.expire_approval(phase, due, due, SESSION_ID)
+    expiry = state.apply_deadline(phase, due, due, SESSION_ID)
     assert expiry is not None and expiry.action == "reject" and expiry.notify is None
-    assert state.status == "active" and state.current.index == 1 and state.pending is None
-    last = state.approvals[-1]
+    assert state.status == "active" and state.current.index == 1 and state.phases.pending is None
+    last = state.book.records[-1]
     assert (last.approver, last.decision, last.at) == (DEADLINE_ACTOR, "reject", due)
     assert "no decision within 2h" in state.feedback and "reopened" in state.feedback
     assert state.audit[-1].action == "reject" and state.audit[-1].actor == DEADLINE_ACTOR
     assert state.approval_deadline() is None
-    assert state.expire_approval(phase, due, due) is None  # fired once only
+    assert state.apply_deadline(phase, due, due) is None  # fired once only
 
 
 def test_expiry_with_on_timeout_escalate_marks_overdue_and_asks_to_notify() -> None:
@@ -320,13 +320,13 @@ def test_expiry_with_on_timeout_escalate_marks_overdue_and_asks_to_notify() -> N
     submit(state, 2, GOOD[2])
     phase, due = state.approval_deadline() or (0, NOW)
     later = due + timedelta(seconds=1)
-    expiry = state.expire_approval(phase, due, later, SESSION_ID)
+    expiry = state.apply_deadline(phase, due, later, SESSION_ID)
     assert expiry is not None and expiry.action == "escalate"
     assert state.status == "approval_overdue" and state.awaiting_approval
     assert state.audit[-1].action == "escalate" and state.audit[-1].detail == (
         "no decision within 1h"
     )
-    assert state.updated_at == later and state.pending is not None
+    assert state.updated_at == later and state.phases.pending is not None
     assert expiry.notify is not None and expiry.notify.url == HOOK
     assert expiry.notify.payload == {
         "event": "approval_overdue",
@@ -338,12 +338,12 @@ def test_expiry_with_on_timeout_escalate_marks_overdue_and_asks_to_notify() -> N
         "due_at": due.isoformat(),
     }
     # Escalated once; no timer is armed for an overdue approval; it is still decidable.
-    assert state.expire_approval(phase, due, later) is None
+    assert state.apply_deadline(phase, due, later) is None
     assert state.approval_deadline() is None
     with pytest.raises(SessionNotActive, match="awaits approval"):
         submit(state, 2, GOOD[2])
-    state.record_notification(phase, HOOK, later, error="HTTP 503")
-    state.record_notification(phase, HOOK, later)
+    state.apply_notification(phase, HOOK, later, error="HTTP 503")
+    state.apply_notification(phase, HOOK, later)
     assert [(a.action, a.actor, a.detail) for a in state.audit[-2:]] == [
         ("notify", DEADLINE_ACTOR, f"notify {HOOK} failed: HTTP 503"),
         ("notify", DEADLINE_ACTOR, f"notified {HOOK}"),
@@ -358,19 +358,19 @@ def test_escalation_notifies_the_gates_address_else_the_sessions_else_nowhere() 
     to_phase(state, 2)
     submit(state, 2, GOOD[2])
     phase, due = state.approval_deadline() or (0, NOW)
-    expiry = state.expire_approval(phase, due, due)
+    expiry = state.apply_deadline(phase, due, due)
     assert expiry and expiry.notify and expiry.notify.url == "https://hooks.example/phasegate"
 
     due = NOW + timedelta(seconds=60)
     quiet = [make_phase(0, {"approval": {"required": True, "timeout": 60}})]
     state = new_state(quiet, options=SessionOptions(notify_url="https://ops.example/hook"))
     submit(state, 0, {}, phases=quiet)
-    expiry = state.expire_approval(0, due, due)
+    expiry = state.apply_deadline(0, due, due)
     assert expiry and expiry.notify and expiry.notify.url == "https://ops.example/hook"
 
     state = new_state(quiet)
     submit(state, 0, {}, phases=quiet)
-    expiry = state.expire_approval(0, due, due)
+    expiry = state.apply_deadline(0, due, due)
     assert expiry is not None and expiry.action == "escalate" and expiry.notify is None
 
 
@@ -384,12 +384,12 @@ def test_a_stale_deadline_changes_nothing() -> None:
     new_due = NOW + timedelta(minutes=30, hours=2)
     assert state.approval_deadline() == (1, new_due)
     before = state.model_dump()
-    assert state.expire_approval(phase, due, due) is None  # the first approval's timer
-    assert state.expire_approval(0, new_due, new_due) is None  # another phase
+    assert state.apply_deadline(phase, due, due) is None  # the first approval's timer
+    assert state.apply_deadline(0, new_due, new_due) is None  # another phase
     assert state.model_dump() == before
     control(state, "pause", reason="r")
     paused = state.model_dump()
-    assert state.expire_approval(1, new_due, new_due + timedelta(days=1)) is None
+    assert state.apply_deadline(1, new_due, new_due + timedelta(days=1)) is None
     assert state.model_dump() == paused
 
 
@@ -454,8 +454,8 @@ def test_carry_compacts_a_state_too_large_for_one_payload() -> None:
     data = state.carry()
     revived = SessionState.model_validate(data)
     assert len(revived.model_dump_json()) < CARRY_LIMIT_BYTES
-    assert [i for i, p in sorted(revived.past.items()) if p.content == big] == [6, 7, 8]
-    assert all(not a.evidence for a in revived.attempts)
+    assert [i for i, p in sorted(revived.phases.past.items()) if p.content == big] == [6, 7, 8]
+    assert all(not a.evidence for a in revived.attempts.current)
     assert revived.current.content == big and revived.current.index == 9
     assert revived.phase_view(0).name == "Phase 0"  # type: ignore[union-attr]
     assert revived.check_submission(CheckpointSubmission(phase=9, evidence=GOOD[0])) is None

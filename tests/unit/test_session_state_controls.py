@@ -48,8 +48,8 @@ def test_retry_phase_starts_the_attempt_count_again() -> None:
     submit(state, 0, BAD[0])
     state.feedback = "old feedback"
     control(state, "retry_phase", reason="fresh start")
-    assert state.attempt_count == 0 and state.attempts == [] and state.feedback == ""
-    assert len(state.attempt_log) == 2 and state.current.index == 0
+    assert state.attempts.count == 0 and state.attempts.current == [] and state.feedback == ""
+    assert len(state.attempts.earlier) == 2 and state.current.index == 0
 
 
 def test_retry_phase_while_awaiting_approval_reopens_the_phase() -> None:
@@ -57,15 +57,15 @@ def test_retry_phase_while_awaiting_approval_reopens_the_phase() -> None:
     # session takes new evidence instead of staying stuck awaiting approval.
     state = new_state()
     to_phase(state, 1)
-    assert submit(state, 1, GOOD[1]).awaiting_approval and state.approval_due_at
+    assert submit(state, 1, GOOD[1]).awaiting_approval and state.book.due_at
     control(state, "retry_phase", reason="plan needs a rollback section")
-    assert state.status == "active" and state.pending is None and state.approval_due_at is None
-    assert [(a.phase, a.superseded) for a in state.superseded] == [(1, True)]
+    assert state.status == "active" and state.phases.pending is None and state.book.due_at is None
+    assert [(a.phase, a.superseded) for a in state.phases.superseded] == [(1, True)]
     assert state.audit[-1].action == "retry_phase" and state.audit[-1].phase == 1
     with pytest.raises(ApprovalRefused, match="nothing awaits approval"):
         decide(state, "lead")
     assert submit(state, 1, {"plan": "plan with rollback"}).awaiting_approval
-    assert state.attempt_count == 1
+    assert state.attempts.count == 1
 
 
 def test_retry_phase_while_paused_awaiting_approval_resumes_as_active() -> None:
@@ -74,7 +74,7 @@ def test_retry_phase_while_paused_awaiting_approval_resumes_as_active() -> None:
     submit(state, 1, GOOD[1])
     control(state, "pause", reason="review")
     control(state, "retry_phase", reason="redo")
-    assert state.pending is None and state.paused_from == "active"
+    assert state.phases.pending is None and state.paused_from == "active"
     control(state, "resume")
     assert state.status == "active"
 
@@ -89,10 +89,10 @@ def test_rollback_reopens_a_completed_phase_and_forgets_later_answers() -> None:
     with pytest.raises(PhaseSequenceViolation):
         control(state, "rollback")
     control(state, "rollback", to_phase=0, reason="redo")
-    assert state.current.index == 0 and state.status == "active" and state.completed == []
-    assert state.past == {} and state.artifacts == {} and state.pending is None
-    assert [(a.phase, a.superseded) for a in state.superseded] == [(0, True), (1, True)]
-    assert state.processed == {} and state.approval_due_at is None
+    assert state.current.index == 0 and state.status == "active" and state.phases.completed == []
+    assert state.phases.past == {} and state.phases.artifacts == {} and state.phases.pending is None
+    assert [(a.phase, a.superseded) for a in state.phases.superseded] == [(0, True), (1, True)]
+    assert state.answers.by_submission == {} and state.book.due_at is None
     # The same id is a new submission now, not a stale answer pointing ahead.
     assert not submit(state, 0, BAD[0], sid="p0").passed
 

@@ -127,14 +127,14 @@ class SessionMachine(RuleBasedStateMachine):
             return
         if sid:
             self.answers[sid] = result
-        advanced = len(state.completed) > before[1]
+        advanced = len(state.phases.completed) > before[1]
         if advanced:
             event(f"advanced to {state.current.index} ({state.status})")
             assert sid not in self.advanced_by, "a submission id advanced twice"
             if sid:
                 self.advanced_by.add(sid)
             assert result.passed and not requires_approval(before[0])
-            assert len(state.completed) == before[1] + 1
+            assert len(state.phases.completed) == before[1] + 1
             last = state.status == "completed"
             assert state.current.index == before[0] + (0 if last else 1)
             assert result.current_phase == state.current.index and result.completed == last
@@ -148,7 +148,7 @@ class SessionMachine(RuleBasedStateMachine):
         if result.passed:
             assert advanced != result.awaiting_approval
         if result.awaiting_approval:
-            assert state.status == "awaiting_approval" and state.pending is not None
+            assert state.status == "awaiting_approval" and state.phases.pending is not None
         self.remember_deadline()
 
     @rule(
@@ -182,15 +182,15 @@ class SessionMachine(RuleBasedStateMachine):
         following = None
         if choice == "approve" and not state.is_last_phase():
             following = PHASES[state.current.index + 1]
-        advanced = state.decide(d, following, self.now)
+        advanced = state.apply_decision(d, following, self.now)
         assert advanced == approve
         event(f"approved {before[0]}" if approve else f"rejected {before[0]}")
         if approve:
             assert state.current.index == before[0] + 1 or state.status == "completed"
-            assert state.artifacts[before[0]].approved_by == approver
+            assert state.phases.artifacts[before[0]].approved_by == approver
         else:
             assert state.current.index == before[0] and state.status == "active"
-            assert state.pending is None and state.feedback == "c"
+            assert state.phases.pending is None and state.feedback == "c"
 
     @rule(
         action=st.sampled_from(CONTROLS),
@@ -225,7 +225,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.now = max(self.now, due + timedelta(seconds=late))
         live = state.approval_deadline() == (phase, due)
         before, dump = self.snapshot(), state.model_dump()
-        expiry = state.expire_approval(phase, due, self.now, SESSION_ID)
+        expiry = state.apply_deadline(phase, due, self.now, SESSION_ID)
         if not live:
             assert expiry is None and state.model_dump() == dump
             event("deadline stale")
@@ -233,15 +233,15 @@ class SessionMachine(RuleBasedStateMachine):
         event(f"deadline {expiry.action if expiry else None}")
         assert expiry is not None and state.current.index == before[0]
         if expiry.action == "reject":
-            assert state.status == "active" and state.pending is None
-            assert state.approvals[-1].approver == DEADLINE_ACTOR
+            assert state.status == "active" and state.phases.pending is None
+            assert state.book.records[-1].approver == DEADLINE_ACTOR
         else:
-            assert state.status == "approval_overdue" and state.pending is not None
+            assert state.status == "approval_overdue" and state.phases.pending is not None
             assert state.audit[-1].action == "escalate"
             assert state.approval_deadline() is None
             if expiry.notify is not None:  # the webhook activity's outcome
                 error = None if delivered else "HTTP 503"
-                state.record_notification(phase, expiry.notify.url, self.now, error)
+                state.apply_notification(phase, expiry.notify.url, self.now, error)
                 assert state.audit[-1].action == "notify"
 
     @rule()
@@ -263,7 +263,7 @@ class SessionMachine(RuleBasedStateMachine):
             )
         for index in range(-1, N + 1):
             assert revived.phase_view(index) == state.phase_view(index)
-        for sid in state.processed:
+        for sid in state.answers.by_submission:
             assert revived.repeat(sid) == state.repeat(sid)
         assert revived.status_view() == state.status_view()
         assert revived.approval_deadline() == state.approval_deadline()
@@ -282,10 +282,10 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def completed_phases_are_a_prefix(self) -> None:
         state = self.state
-        done = [c.phase for c in state.completed]
+        done = [c.phase for c in state.phases.completed]
         k = len(done)
         assert done == list(range(k))
-        assert sorted(state.past) == done and sorted(state.artifacts) == done
+        assert sorted(state.phases.past) == done and sorted(state.phases.artifacts) == done
         if state.status == "completed":
             assert k == N and state.current.index == N - 1
         else:
@@ -294,14 +294,14 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def no_advance_without_a_passing_evaluation_and_approval(self) -> None:
         state = self.state
-        for index, artifact in state.artifacts.items():
+        for index, artifact in state.phases.artifacts.items():
             assert evaluate_gate(PHASES[index].gate, artifact.evidence).passed
             assert all(r["passed"] for r in artifact.outputs["verify"])
             if requires_approval(index):
                 assert artifact.approved_by is not None
                 assert artifact.approved_by != DEADLINE_ACTOR
                 approved = [
-                    a for a in state.approvals if a.phase == index and a.decision == "approve"
+                    a for a in state.book.records if a.phase == index and a.decision == "approve"
                 ]
                 assert approved and approved[-1].approver == artifact.approved_by
             else:
@@ -316,8 +316,8 @@ class SessionMachine(RuleBasedStateMachine):
             state.status == "paused"
             and state.paused_from in ("awaiting_approval", "approval_overdue")
         )
-        assert (state.pending is not None) == waiting
-        if state.approval_due_at is not None:
+        assert (state.phases.pending is not None) == waiting
+        if state.book.due_at is not None:
             assert waiting
         if state.status == "paused":
             assert state.paused_from is not None
@@ -327,8 +327,8 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def repeats_answer_without_pointing_ahead(self) -> None:
         state = self.state
-        assert set(state.processed) == set(self.answers)
-        for result in state.processed.values():
+        assert set(state.answers.by_submission) == set(self.answers)
+        for result in state.answers.by_submission.values():
             assert result.current_phase <= state.current.index
             assert result.next_phase is None or result.next_phase.content == ""
 
@@ -353,7 +353,7 @@ class SessionMachine(RuleBasedStateMachine):
                 # closed, or the session's approvers name none of the gate's: nobody can
                 assert (not self.signed and not self.unsigned_ok) or not self.may_approve()
                 return
-            assert state.decide(d, PHASES[phase + 1], self.now)
+            assert state.apply_decision(d, PHASES[phase + 1], self.now)
 
     def may_approve(self) -> list[str]:
         """Who may decide the current phase: the gate's names, only narrowed by the
@@ -369,7 +369,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     def snapshot(self) -> tuple[int, int, str]:
         state = self.state
-        return state.current.index, len(state.completed), state.status
+        return state.current.index, len(state.phases.completed), state.status
 
     def remember_deadline(self) -> None:
         key = self.state.approval_deadline()
@@ -388,7 +388,7 @@ class SessionMachine(RuleBasedStateMachine):
         if not self.signed:
             return self.unsigned_ok
         authentic = sign == "good" and d.approver in SIGNERS
-        return authentic and d.nonce not in state.used_nonces
+        return authentic and d.nonce not in state.book.used_nonces
 
 
 SessionMachine.TestCase.settings = settings(
