@@ -366,8 +366,7 @@ class Orchestration:
     async def request_replan(self, request: ReplanRequest) -> OrchestrationView:
         """A person asks for a new plan; it runs after the current step, as a new run."""
         state = self._ready()
-        state.apply_replan_nonce(request.nonce)
-        state.request_replan(request.reason, request.requested_by, workflow.now())
+        state.apply_replan(request.reason, request.requested_by, workflow.now(), request.nonce)
         self._publish()
         return state.view()
 

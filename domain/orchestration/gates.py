@@ -182,8 +182,7 @@ class GateRules:
         """Record a checked decision: approve lets the step run (or the output stand)."""
         gate = self.awaiting
         assert gate is not None
-        if nonce:
-            self.used_nonces = [*self.used_nonces, nonce][-MAX_NONCES:]
+        self.spend_nonce(nonce)
         self.awaiting = None
         self.last_decision = (
             f"{approver} {decision}d gate {gate.gate} ({gate.kind} of {gate.agent})"
@@ -210,7 +209,8 @@ class GateRules:
             step.approved_by = approver
             step.status = "pending"
 
-    def apply_replan_nonce(self, nonce: str | None) -> None:
+    def spend_nonce(self, nonce: str | None) -> None:
+        """A signed message was accepted: its nonce is never accepted again."""
         if nonce:
             self.used_nonces = [*self.used_nonces, nonce][-MAX_NONCES:]
         self.gate_seq += 1

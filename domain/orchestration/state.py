@@ -4,14 +4,14 @@ person must decide, when to replan and when the run is over.
 ``workflows/orchestration.py`` maps messages and runs activities; every decision is
 made here (STYLE.md 14), in :class:`OrchestrationState`, without a server:
 
-- :meth:`OrchestrationState.advance` says what to do next: plan, run a step, wait
-  for a person, replan (continue-as-new) or finish.
+- :meth:`OrchestrationState.advance` says what to do next: plan, run a step, wait for
+  a person, replan or finish. Messages have ``check_<message>``/``apply_<message>``.
 - :meth:`OrchestrationState.record_output` reduces an agent's output into the state:
   outputs are keyed ``<agent>_<n>``, history is append-only, and an output recorded
   twice (a retried step) changes nothing the second time.
-- An analyst that finds the scope complex while the plan has no architect, an output
-  carrying ``replan_request``, a person's ``request_replan`` or a failed step asks
-  for a replan; each replan is a continue-as-new, at most ``max_replans`` of them.
+- A complex scope with no architect planned, an output's ``replan_request``, a
+  person's (:meth:`apply_replan`) or a failed step asks for a replan: a continue-as-new,
+  at most ``max_replans``.
 - A reviewer's rejection sends the work back to the developer, at most
   ``max_review_passes`` reviews; an output below ``escalation_threshold`` waits for
   a person; steps of agents in ``approval_required`` wait for a signed approval.
@@ -488,8 +488,12 @@ class OrchestrationState(GateRules):
         self.pending_replan = _short(reason)
         self.log(now, "replan_requested", actor=by, detail=reason)
 
-    def request_replan(self, reason: str, actor: str, now: datetime) -> None:
-        """A person asks for a new plan; a gate waiting for a decision is withdrawn."""
+    def apply_replan(
+        self, reason: str, actor: str, now: datetime, nonce: str | None = None
+    ) -> None:
+        """A checked replan request: a new plan after the current step (a new run); an open
+        gate is withdrawn and a signed request's nonce spent."""
+        self.spend_nonce(nonce)
         if self.awaiting is not None:
             self.awaiting = None
             for step in self.steps:

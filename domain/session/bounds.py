@@ -37,8 +37,8 @@ __all__ = [
     "bounded_artifacts",
     "canonical",
     "carry",
-    "elided",
     "compact_result",
+    "elided",
     "evidence_digest",
 ]
 

@@ -38,10 +38,10 @@ from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import GateEvaluation
 from phasegate.domain.session import approvals as session_approvals
 from phasegate.domain.session import bounds as session_bounds
+from phasegate.domain.session import checking
 from phasegate.domain.session import controls as session_controls
 from phasegate.domain.session import views as session_views
 from phasegate.domain.session.approvals import DEADLINE_ACTOR, ApprovalExpiry
-from phasegate.domain.session.checking import verify_unavailable, with_verify
 from phasegate.domain.session.ledger import (
     Answers,
     ApprovalBook,
@@ -72,13 +72,13 @@ from phasegate.domain.verify import VerifyRequest, VerifyResult, budget_seconds
 
 __all__ = [
     "DEADLINE_ACTOR",
-    "Answers",
-    "ApprovalBook",
-    "AttemptLog",
-    "PhaseLedger",
     "MAX_REMEMBERED_SUBMISSIONS",
     "VERIFY_SLACK_SECONDS",
+    "Answers",
+    "ApprovalBook",
     "ApprovalExpiry",
+    "AttemptLog",
+    "PhaseLedger",
     "SessionState",
     "evidence_size",
 ]
@@ -254,7 +254,10 @@ class SessionState(BaseModel):
         ``timeout_seconds`` plus a fixed slack for the checks that only read."""
         return timedelta(seconds=budget_seconds(self.current.gate.verify) + VERIFY_SLACK_SECONDS)
 
-    verify_unavailable = staticmethod(verify_unavailable)
+    @staticmethod
+    def verify_unavailable(cause: str) -> list[VerifyResult]:
+        """The verdict when the checks could not run at all: one failed check (it blocks)."""
+        return checking.verify_unavailable(cause)
 
     def apply_submission(
         self,
@@ -272,7 +275,7 @@ class SessionState(BaseModel):
         caller renders the next phase. Either way the caller then calls
         :meth:`finish_submission` for the final answer.
         """
-        evaluation = with_verify(evaluation or self.evaluate(sub), verify or [])
+        evaluation = checking.with_verify(evaluation or self.evaluate(sub), verify or [])
         verify = list(verify or [])
         if via == "signal":
             self.last_signal_error = None

@@ -209,7 +209,7 @@ def test_a_person_can_request_a_replan_which_withdraws_the_gate():
     state.set_plan(plan("developer"), NOW, model="rules")
     assert isinstance(state.advance(NOW), Wait)
     assert state.check_replan(actor="lead", reason="wrong plan", nonce=None, signature=None) is None
-    state.request_replan("wrong plan", "lead", NOW)
+    state.apply_replan("wrong plan", "lead", NOW)
     action = state.advance(NOW)
     assert isinstance(action, Replan) and "lead asked: wrong plan" in action.carry.replan_reason
 
