@@ -21,6 +21,7 @@ def verify_unavailable(cause: str) -> list[VerifyResult]:
         )
     ]
 
+
 def with_verify(evaluation: GateEvaluation, verify: list[VerifyResult]) -> GateEvaluation:
     """The gate's verdict with the failed workspace checks added as problems (they block)."""
     failed = [

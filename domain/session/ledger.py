@@ -129,7 +129,9 @@ class PhaseLedger(BaseModel):
             self.past[index] = phase.model_copy(
                 update={
                     "content": _STRIPPED,
-                    "tasks": [t.model_copy(update={"content": "", "context": []}) for t in phase.tasks],
+                    "tasks": [
+                        t.model_copy(update={"content": "", "context": []}) for t in phase.tasks
+                    ],
                     "context": [],
                     "example_evidence": None,
                 }
@@ -301,4 +303,3 @@ def nest_flat_state(data: Any) -> Any:
         "answers": {"by_submission": flat.pop("processed", {})},
     }
     return {**flat, **nested}
-

@@ -423,9 +423,7 @@ class SessionState(BaseModel):
 
     def approval_pending(self, phase: int, due_at: datetime) -> bool:
         """Whether the approval with deadline ``due_at`` on ``phase`` is still undecided."""
-        return (
-            self.awaiting_approval and self.current.index == phase and self.book.due_at == due_at
-        )
+        return self.awaiting_approval and self.current.index == phase and self.book.due_at == due_at
 
     def apply_deadline(
         self, phase: int, due_at: datetime, now: datetime, session_id: str = ""

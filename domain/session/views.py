@@ -110,7 +110,9 @@ def phase_view(
     phase = state.readable(index)
     if phase is None:
         return violation(state, index)
-    which: Literal["current", "completed"] = "completed" if index in state.phases.past else "current"
+    which: Literal["current", "completed"] = (
+        "completed" if index in state.phases.past else "current"
+    )
     # Artifacts of earlier phases (and, for a completed phase, its own).
     earlier = {
         str(k): a

@@ -74,7 +74,8 @@ def test_every_field_of_the_flat_shape_has_an_owner() -> None:
     flat.update(operator_keys=[], unsigned_controls=True, signs_evidence=False, run_chain=[])
     nested = nest_flat_state(flat)
     owners = {"phases", "attempts", "book", "answers"}
-    assert set(nested) <= set(SessionState.model_fields), set(nested) - set(SessionState.model_fields)
+    fields = set(SessionState.model_fields)
+    assert set(nested) <= fields, set(nested) - fields
     for owner in owners:
         model = SessionState.model_fields[owner].annotation
         assert set(nested[owner]) <= set(model.model_fields)  # type: ignore[union-attr]
