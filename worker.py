@@ -191,7 +191,11 @@ def build_worker(
             Worker(
                 client,
                 task_queue=verify_task_queue(settings.task_queue),
-                activities=[MeteredVerify(VerifyActivities()).run_verify_checks],
+                activities=[
+                    MeteredVerify(
+                        VerifyActivities(allowed_commands=settings.command_allowlist())
+                    ).run_verify_checks
+                ],
                 activity_executor=threads,
                 # One slot per thread: a check the worker accepts starts (and heartbeats)
                 # at once; the rest wait on the server, where only schedule-to-start runs.
@@ -225,6 +229,8 @@ def _main_worker(
         spec_roots=settings.spec_roots,
         target_roots=settings.target_roots,
         prefetch=settings.prefetch,
+        test_command=settings.test_command,
+        allowed_commands=settings.command_allowlist(),
     )
     # This worker's own prompts and model providers (two workers in a process differ).
     models = ModelProviders.from_settings(settings)

@@ -23,9 +23,15 @@ from phasegate.activities.library import (
 from phasegate.activities.templates import LEGACY_PLACEHOLDERS, Renderer
 from phasegate.domain.errors import DefinitionError, TemplateNotFound
 from phasegate.domain.library import LibraryIssue, phase_overview
-from phasegate.domain.session.messages import PhaseDefinition, RenderedTask
+from phasegate.domain.session.messages import DefinitionRef, PhaseDefinition, RenderedTask
 
-__all__ = ["phase_context", "render_static_phase", "task_context"]
+__all__ = [
+    "interface_words",
+    "phase_context",
+    "render_static_phase",
+    "session_context",
+    "task_context",
+]
 
 
 def render_static_phase(
@@ -119,6 +125,66 @@ def _render(renderer: Renderer, path: Path, ctx: dict[str, Any], issues: list[Li
             )
         )
         return text
+
+
+def session_context(ref: DefinitionRef, index: int) -> dict[str, Any]:
+    """What templates see as ``session``: workflow type, target, phase count, the
+    session's commands (``commands``: ``{name, command, source, when}``, and
+    ``command_notes``) and ``how``, the agent's interface's words for phase ``index``."""
+    found = ref.commands
+    return {
+        "workflow_type": ref.workflow_type,
+        "target": ref.target,
+        "total_phases": ref.total_phases,
+        "runs_commands": found is not None,
+        "commands": [
+            {
+                "name": c.name,
+                "command": c.text,
+                "source": c.source,
+                "when": "every phase that claims tests pass"
+                if c.spec_phase is None
+                else f"spec phase {c.phase_label}'s checkpoint",
+            }
+            for c in (found.all() if found else [])
+        ],
+        "command_listing": found.listing() if found else [],
+        "command_notes": list(found.notes) if found else [],
+        "interface": ref.interface or "",
+        "how": interface_words(ref.interface, index),
+    }
+
+
+def interface_words(interface: str | None, index: int) -> dict[str, str]:
+    """How an agent on ``interface`` (cli, mcp, sdk; None: all three) reads a phase, a
+    task and the status, and submits phase ``index``'s evidence: markdown phrases."""
+    words = {
+        "cli": {
+            "submit": f"`phasegate submit SESSION --phase {index} --file evidence.json`",
+            "phase": "`phasegate phase SESSION`",
+            "task": f"`phasegate task SESSION {index} TASK`",
+            "status": "`phasegate status SESSION`",
+        },
+        "mcp": {
+            "submit": f"the `submit_checkpoint` tool (`phase`: {index}, `evidence`: {{...}})",
+            "phase": "the `get_current_phase` tool",
+            "task": f"the `get_task` tool (`phase`: {index}, `task`: TASK)",
+            "status": "the `get_session_state` tool",
+        },
+        "sdk": {
+            "submit": f"`await client.submit(session_id, {index}, evidence)`",
+            "phase": "`await client.phase(session_id)`",
+            "task": f"`await client.task(session_id, {index}, TASK)`",
+            "status": "`await client.status(session_id)`",
+        },
+    }
+    if interface in words:
+        return words[interface]
+    cli, mcp, sdk = words["cli"], words["mcp"], words["sdk"]
+    return {
+        key: f"{cli[key]} (MCP: {mcp[key]}; SDK: {sdk[key]})"
+        for key in ("submit", "phase", "task", "status")
+    }
 
 
 def phase_context(session: dict[str, Any], phase: dict[str, Any], index: int) -> dict[str, Any]:

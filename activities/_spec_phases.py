@@ -11,15 +11,24 @@ from typing import Any
 
 import phasegate.activities._safe_read as safe_read
 from phasegate.activities._phase_render import phase_context
+from phasegate.activities._session_commands import checkpoint_items
+from phasegate.domain.commands import (
+    CommandRefused,
+    SessionCommands,
+    bind_gate,
+    split_command,
+)
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.gate_fallback import checklist_fields
 from phasegate.domain.gates import FieldSpec, GateDefinition, GateRule
 from phasegate.domain.session.messages import PhaseDefinition
 from phasegate.domain.spec import ParsedSpec, SpecPhase
+from phasegate.domain.verify import SessionCommandCheck
 
 __all__ = [
     "PHASE_LIMIT",
     "check_phase_size",
+    "claim_items",
     "dynamic_context",
     "dynamic_gate",
     "validation_items",
@@ -56,11 +65,36 @@ def check_phase_size(phase: PhaseDefinition, limit: int, *, where: str, spec: bo
     )
 
 
-def dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDefinition:
+def claim_items(sp: SpecPhase, commands: SessionCommands | None) -> list[str]:
+    """The Validation Gate items of ``sp`` the agent confirms: all of them, except, in a
+    session that runs commands, the items naming a command it runs (the check decides)."""
+    if commands is None:
+        return list(sp.validation_gate)
+    return [t for t, named in checkpoint_items(sp.validation_gate) if not _all_run(named)]
+
+
+def _all_run(commands: list[str]) -> bool:
+    """Whether every command an item names runs (then the item is not a claim)."""
+    try:
+        return bool(commands) and all(split_command(c) for c in commands)
+    except CommandRefused:
+        return False
+
+
+def dynamic_gate(
+    base: GateDefinition,
+    sp: SpecPhase,
+    *,
+    source: str,
+    commands: SessionCommands | None = None,
+    spec_index: int | None = None,
+) -> GateDefinition:
     """The gate of a phase built from a spec: the workflow's dynamic gate ``base``, one
-    boolean per validation-gate item of ``sp``, and a rule requiring every required task
-    id in ``tasks_completed`` (which may be empty when the phase requires no task)."""
-    items = checklist_fields(sp.validation_gate, source=source)[0]
+    boolean per validation-gate item of ``sp`` (but for the items a session command
+    checks), a rule requiring every required task id in ``tasks_completed`` (which may
+    be empty when the phase requires no task), and the session's commands bound
+    (``domain.commands.bind_gate``: the test command, this phase's checkpoint commands)."""
+    items = checklist_fields(claim_items(sp, commands), source=source)[0]
     fields = {**base.fields, **{k: v for k, v in items.fields.items() if k not in base.fields}}
     rules = list(base.rules) + list(items.rules)
     required_ids = [t.id for t in sp.tasks if not t.optional]
@@ -80,7 +114,7 @@ def dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDef
                     + ", ".join(ids),
                 )
             )
-    return base.model_copy(
+    gate = base.model_copy(
         update={
             "fields": fields,
             "rules": rules,
@@ -88,10 +122,16 @@ def dynamic_gate(base: GateDefinition, sp: SpecPhase, *, source: str) -> GateDef
             "source": f"{base.source} + validation gate at {source}",
         }
     )
+    return bind_gate(gate, commands, spec_index) if commands is not None else gate
 
 
 def dynamic_context(
-    session: dict[str, Any], spec: ParsedSpec, index: int, spec_index: int, base: GateDefinition
+    session: dict[str, Any],
+    spec: ParsedSpec,
+    index: int,
+    spec_index: int,
+    base: GateDefinition,
+    commands: SessionCommands | None = None,
 ) -> dict[str, Any]:
     """The context a dynamic phase template is rendered with (also used by
     ``phasegate library check``, so a template it accepts renders in a session).
@@ -102,6 +142,7 @@ def dynamic_context(
         index: The session phase number.
         spec_index: The phase's position in ``spec.phases``.
         base: The workflow's dynamic gate (for ``phase.validation_items``).
+        commands: The session's commands (``phase.commands``: the ones this phase runs).
 
     Returns:
         ``session``, ``phase`` (number, label, name, description, estimated_duration,
@@ -118,15 +159,40 @@ def dynamic_context(
         "description": sp.description,
         "estimated_duration": sp.estimated_duration,
         "tasks": tasks,
-        "validation_gate": list(sp.validation_gate),
-        "validation_items": validation_items(base, sp),
+        "validation_gate": claim_items(sp, commands),
+        "validation_items": validation_items(base, sp, commands),
+        "commands": _phase_commands(base, commands, spec_index),
     }
     ctx = phase_context(session, phase_ctx, index)
     ctx["spec"] = {"title": spec.title, "source": spec.source}
     return ctx
 
 
-def validation_items(base: GateDefinition, sp: SpecPhase) -> list[dict[str, Any]]:
+def _phase_commands(
+    base: GateDefinition, commands: SessionCommands | None, spec_index: int
+) -> list[dict[str, Any]]:
+    """The commands a spec phase's gate runs, as ``phase.commands`` shows them:
+    ``{name, command, source}`` in check order."""
+    if commands is None:
+        return []
+    out: list[dict[str, Any]] = []
+    for check in base.verify:
+        if not isinstance(check, SessionCommandCheck):
+            continue
+        chosen = (
+            ([commands.test] if commands.test else [])
+            if check.command == "test"
+            else [c for c in commands.checkpoints if c.spec_phase == spec_index]
+        )
+        for c in chosen:
+            name = check.name if c is commands.test else c.name
+            out.append({"name": name, "command": c.text, "source": c.source})
+    return out
+
+
+def validation_items(
+    base: GateDefinition, sp: SpecPhase, commands: SessionCommands | None = None
+) -> list[dict[str, Any]]:
     """The Validation Gate items of ``sp`` as a phase template sees them
     (``phase.validation_items``): per item its ``text``, the gate ``field`` that checks it
     and an ``example`` value that passes (``None`` when a field of ``base`` checks it,
@@ -140,10 +206,11 @@ def validation_items(base: GateDefinition, sp: SpecPhase) -> list[dict[str, Any]
     Returns:
         One dict per non-empty item, in order; a repeated item once.
     """
-    gate, names = checklist_fields(sp.validation_gate, source="tasks.md")
+    texts = claim_items(sp, commands)
+    gate, names = checklist_fields(texts, source="tasks.md")
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for text, name in zip(sp.validation_gate, names, strict=True):
+    for text, name in zip(texts, names, strict=True):
         if not name or name in seen:
             continue
         seen.add(name)

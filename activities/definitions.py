@@ -21,8 +21,10 @@ from temporalio import activity
 
 from phasegate.activities._phase_render import (
     render_static_phase,
+    session_context,
     task_context,
 )
+from phasegate.activities._session_commands import find_commands, workflow_uses_commands
 from phasegate.activities._spec_phases import (
     PHASE_LIMIT,
     check_phase_size,
@@ -41,6 +43,7 @@ from phasegate.activities.rag import Retriever
 from phasegate.activities.snapshots import SnapshotStore
 from phasegate.activities.tasks_md import SPEC_LIMIT, read_spec
 from phasegate.activities.templates import Renderer
+from phasegate.domain.commands import SessionCommands, bind_gate
 from phasegate.domain.errors import DefinitionError, PhasegateError, SessionError
 from phasegate.domain.rag import RetrievalQuery, context_sections, pack
 from phasegate.domain.session.messages import (
@@ -77,6 +80,9 @@ class DefinitionActivities:
         max_spec_bytes: Largest tasks.md read.
         max_phase_bytes: Largest rendered phase (JSON) served; a larger one is refused
             with a ``DefinitionError`` that says to split it.
+        test_command: The deployment's test command (``PHASEGATE_TEST_COMMAND``).
+        allowed_commands: The deployment's allowed commands (argv prefixes); a session
+            whose commands are not all on it is refused at start.
     """
 
     def __init__(
@@ -96,7 +102,11 @@ class DefinitionActivities:
         spec_roots: list[str] | None = None,
         max_spec_bytes: int = SPEC_LIMIT,
         max_phase_bytes: int = PHASE_LIMIT,
+        test_command: str | None = None,
+        allowed_commands: list[list[str]] | None = None,
     ) -> None:
+        self.test_command = test_command
+        self.allowed_commands = allowed_commands
         self.spec_roots = list(spec_roots or [])
         self.max_phase_bytes = max_phase_bytes
         self.allow_unsigned_approvals = allow_unsigned_approvals
@@ -239,7 +249,7 @@ class DefinitionActivities:
         wf = find_workflow(req.workflow_type, self.library_paths)
         meta = wf.metadata
         static_count = len(meta.static_phases)
-        snapshot_id = spec_source = None
+        snapshot_id = spec_source = spec = None
         total = static_count
         if meta.dynamic_phases:
             cfg = meta.dynamic_config
@@ -277,7 +287,18 @@ class DefinitionActivities:
             snapshot_id=snapshot_id,
             spec_source=spec_source,
             base_commit=_git_head(req.target),
+            interface=req.options.interface,
         )
+        if workflow_uses_commands(wf):
+            found = find_commands(
+                req.target,
+                option=req.options.test_command,
+                deployment=self.test_command,
+                spec=spec,
+                allowlist=self.allowed_commands,
+            )
+            ref = ref.model_copy(update={"commands": found})
+            self._check_commands_approved(wf, ref)
         bound = [*self.deployment_keys, *_approver_keys(meta, wf)]
         keys = session_keys(
             bound, req.options.approver_keys, unsigned_allowed=self.allow_unsigned_approvals
@@ -296,6 +317,22 @@ class DefinitionActivities:
             unsigned_controls=self.allow_unsigned_controls,
             prefetch=self.prefetch,
         )
+
+    def _check_commands_approved(self, wf: WorkflowDir, ref: DefinitionRef) -> None:
+        """Commands a starter, a spec or a project named run only once a person has seen
+        them: phase 0 lists them, so phase 0 must need an approval."""
+        if ref.commands is None or not ref.commands.all():
+            return
+        phase = self.build_phase(wf, ref, 0)
+        if not (phase.requires_approval or phase.gate.approval.required):
+            raise DefinitionError(
+                "this session would run commands ("
+                + "; ".join(ref.commands.listing())[:300]
+                + ") but its phase 0 needs no approval, so nobody would see them first",
+                where=f"{wf.path / 'metadata.json'}: phase 0",
+                hint="set requires_approval on phase 0 (or approval: {required: true} in its "
+                "gate-definition.yaml)",
+            )
 
     def _check_target(self, target: str) -> None:
         """A target is a project folder: never the file system's root, and inside the
@@ -402,13 +439,12 @@ class DefinitionActivities:
     def _build_phase(self, wf: WorkflowDir, ref: DefinitionRef, index: int) -> PhaseDefinition:
         if not 0 <= index < ref.total_phases:
             raise DefinitionError(f"phase {index} does not exist (0..{ref.total_phases - 1})")
-        session = {
-            "workflow_type": ref.workflow_type,
-            "target": ref.target,
-            "total_phases": ref.total_phases,
-        }
+        session = session_context(ref, index)
         if index < ref.static_phase_count:
             phase = self._static_phase(wf, session, index)
+            if ref.commands is not None:
+                gate = bind_gate(phase.gate, ref.commands, None)
+                phase = phase.model_copy(update={"gate": gate})
             meta_phase = wf.metadata.static_phases[index]
             where = str(static_phase_dir(wf.path, meta_phase))
         else:
@@ -417,7 +453,7 @@ class DefinitionActivities:
                 ref.snapshot_id, ref.spec_source, target=ref.target, extra_roots=self.spec_roots
             )
             spec_index = index - ref.static_phase_count
-            phase = self._dynamic_phase(wf, session, spec, index, spec_index)
+            phase = self._dynamic_phase(wf, session, spec, index, spec_index, ref.commands)
             where = f"{spec.source}:{spec.phases[spec_index].line}"
         check_phase_size(
             phase, self.max_phase_bytes, where=where, spec=index >= ref.static_phase_count
@@ -439,12 +475,13 @@ class DefinitionActivities:
         spec: ParsedSpec,
         index: int,
         spec_index: int,
+        commands: SessionCommands | None = None,
     ) -> PhaseDefinition:
         cfg = wf.metadata.dynamic_config
         assert cfg is not None
         sp = spec.phases[spec_index]
         base = load_gate_file(wf.path / "phases" / "dynamic" / "gate-definition.yaml")
-        ctx = dynamic_context(session, spec, index, spec_index, base)
+        ctx = dynamic_context(session, spec, index, spec_index, base, commands)
         content = self.renderer.render(wf.path / cfg.templates["phase"], ctx)
         task_tpl = wf.path / cfg.templates["task"]
         rendered = [
@@ -465,7 +502,13 @@ class DefinitionActivities:
             name=sp.name,
             content=content,
             tasks=rendered,
-            gate=dynamic_gate(base, sp, source=f"{spec.source}:{sp.line}"),
+            gate=dynamic_gate(
+                base,
+                sp,
+                source=f"{spec.source}:{sp.line}",
+                commands=commands,
+                spec_index=spec_index,
+            ),
         )
 
 

@@ -33,7 +33,8 @@ from phasegate.activities._library_samples import (
     suggest_key,
     undefined_hint,
 )
-from phasegate.activities._phase_render import phase_context, task_context
+from phasegate.activities._phase_render import phase_context, session_context, task_context
+from phasegate.activities._session_commands import SAMPLE_COMMANDS, workflow_uses_commands
 from phasegate.activities._spec_phases import dynamic_context, dynamic_gate
 from phasegate.activities.definitions import render_static_phase
 from phasegate.activities.library import (
@@ -46,10 +47,12 @@ from phasegate.activities.library import (
     workflow_issues,
 )
 from phasegate.activities.templates import Renderer
+from phasegate.domain.commands import SessionCommands, bind_gate
 from phasegate.domain.errors import DefinitionError, TemplateNotFound
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import GateDefinition
 from phasegate.domain.library import LibraryIssue, WorkflowMetadata
+from phasegate.domain.session.messages import DefinitionRef
 
 __all__ = ["CheckReport", "check_library", "check_workflow"]
 
@@ -99,7 +102,14 @@ def check_workflow(wdir: Path, report: CheckReport, renderer: Renderer | None = 
     report.add(_unknown_keys(wdir / "metadata.json"))
     wf = WorkflowDir(wdir, meta)
     total = len(meta.static_phases) + (2 if meta.dynamic_phases else 0)
-    session = {"workflow_type": meta.workflow_type, "target": SAMPLE_TARGET, "total_phases": total}
+    ref = DefinitionRef(
+        workflow_type=meta.workflow_type,
+        target=SAMPLE_TARGET,
+        total_phases=total,
+        static_phase_count=len(meta.static_phases),
+        commands=SAMPLE_COMMANDS if workflow_uses_commands(wf) else None,
+    )
+    session = session_context(ref, 0)
     for index, phase in enumerate(meta.static_phases):
         pdir = wdir / "phases" / str(phase.phase_number)
         if not _servable(pdir):
@@ -111,9 +121,10 @@ def check_workflow(wdir: Path, report: CheckReport, renderer: Renderer | None = 
             continue
         ctx = phase_context(session, _static_phase_ctx(meta, index), index)
         report.add([_with_variables(i, ctx) for i in issues])
-        report.add(_example_issues(rendered.example_evidence, rendered.gate, pdir / "phase.md"))
+        gate = bind_gate(rendered.gate, ref.commands, None) if ref.commands else rendered.gate
+        report.add(_example_issues(rendered.example_evidence, gate, pdir / "phase.md"))
     if meta.dynamic_phases:
-        _check_dynamic(wdir, meta, report, renderer, session)
+        _check_dynamic(wdir, meta, report, renderer, session, ref.commands)
 
 
 def _servable(pdir: Path) -> bool:
@@ -218,6 +229,7 @@ def _check_dynamic(
     report: CheckReport,
     renderer: Renderer,
     session: dict[str, Any],
+    commands: SessionCommands | None = None,
 ) -> None:
     meta_file = wdir / "metadata.json"
     cfg = meta.dynamic_config
@@ -248,12 +260,18 @@ def _check_dynamic(
     spec = sample_spec(f"{SAMPLE_TARGET}/specs/sample/tasks.md")
     static = len(meta.static_phases)
     for spec_index, sp in enumerate(spec.phases):
-        ctx = dynamic_context(session, spec, static + spec_index, spec_index, base)
+        ctx = dynamic_context(session, spec, static + spec_index, spec_index, base, commands)
         content = _render(report, renderer, templates["phase"], ctx)
         for task in ctx["phase"]["tasks"]:
             _render(report, renderer, templates["task"], task_context(ctx, task))
         if content is not None:
-            gate = dynamic_gate(base, sp, source=f"{spec.source}:{sp.line}")
+            gate = dynamic_gate(
+                base,
+                sp,
+                source=f"{spec.source}:{sp.line}",
+                commands=commands,
+                spec_index=spec_index,
+            )
             issues = _example_issues(example_evidence(content), gate, templates["phase"])
             report.add([i for i in issues if str(i) not in report.warnings])
             if len(report.errors) > 20:

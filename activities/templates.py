@@ -49,6 +49,8 @@ class Renderer:
         self._env = SandboxedEnvironment(
             autoescape=False, keep_trailing_newline=True, undefined=StrictUndefined
         )
+        # `| tojson` keeps names as written: "🎯 MVP", not "\ud83c\udfaf MVP".
+        self._env.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii": False}
         self._cache: dict[tuple[str, int, int], Any] = {}
         self._lock = threading.Lock()
 

@@ -43,6 +43,7 @@ from phasegate.activities._verify_run import (
     interpreter_argv,
     run_process,
 )
+from phasegate.domain.commands import allowed, failure_summary
 from phasegate.domain.errors import VerifyInvalid
 from phasegate.domain.verify import (
     CommandCheck,
@@ -52,6 +53,7 @@ from phasegate.domain.verify import (
     GitChangedCheck,
     GlobCountCheck,
     JsonValueCheck,
+    SessionCommandCheck,
     VerifyCheck,
     VerifyReport,
     VerifyRequest,
@@ -83,14 +85,24 @@ class VerifyActivities:
         max_output_chars: Length of the output excerpt kept in each result.
         pass_env: Names of further worker variables commands may inherit (e.g.
             ``JAVA_HOME``); phasegate's own and credential-like names are refused.
+        allowed_commands: The deployment's command list (``PHASEGATE_ALLOWED_COMMANDS``,
+            argv prefixes as ``domain.commands.parse_allowlist`` returns them): a command
+            check whose argv it does not allow fails without running. None: any.
 
     Raises:
         ValueError: ``pass_env`` names ``PHASEGATE_*``, ``TEMPORAL_*`` or a credential.
     """
 
-    def __init__(self, *, max_output_chars: int = 2000, pass_env: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        max_output_chars: int = 2000,
+        pass_env: Iterable[str] = (),
+        allowed_commands: list[list[str]] | None = None,
+    ) -> None:
         self.max_output_chars = max_output_chars
         self.pass_env = validate_pass_env(pass_env)
+        self.allowed_commands = allowed_commands
 
     @activity.defn(name="run_verify_checks")
     def run_verify_checks(self, req: VerifyRequest) -> VerifyReport:
@@ -134,6 +146,7 @@ class _Run:
     def __init__(self, owner: VerifyActivities, req: VerifyRequest, workspace: Path) -> None:
         self.limit = owner.max_output_chars
         self.pass_env = owner.pass_env
+        self.allowlist = owner.allowed_commands
         self.req = req
         self.workspace = workspace
         self.session = {"id": req.session_id, "target": req.target}
@@ -247,6 +260,12 @@ class _Run:
             except re.error as exc:
                 raise CheckFailed(f"stdout_pattern is not a valid regex: {exc}") from None
         shown = _clip(shlex.join(argv), 200)
+        if not allowed(argv, self.allowlist):
+            raise CheckFailed(
+                f"`{shown}` is not on this worker's list of allowed commands "
+                "(PHASEGATE_ALLOWED_COMMANDS), so it was not run; ask the operator to add it, "
+                "or start the session with an allowed --test-command"
+            )
         with Scratch() as scratch:
             env = check_environment(
                 os.environ,
@@ -262,16 +281,27 @@ class _Run:
         if timed_out:
             message = f"`{shown}` timed out after {check.timeout_seconds:g}s and was killed"
             return self.result(check, False, message, excerpt=kept)
-        if code != check.expect_exit:
+        if code not in check.ok_exits:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
-            message = f"`{shown}` {how}, expected exit code {check.expect_exit}; see the output"
+            wanted = " or ".join(str(c) for c in check.ok_exits)
+            message = f"`{shown}` {how}, expected exit code {wanted}"
+            summary = failure_summary(redact(output, self.secrets))
+            message += f": {summary}" if summary else "; see the output"
             return self.result(check, False, message, exit_code=code, excerpt=kept)
         if pattern is not None and not pattern.search(output):
             message = f"`{shown}` exited with {code} but its output has no match for "
             message += f"/{_clip(pattern.pattern, 120)}/"
             return self.result(check, False, message, exit_code=code, excerpt=kept)
         message = f"`{shown}` exited with {code}" + (" and its output matched" if pattern else "")
+        if tally := failure_summary(redact(output, self.secrets), 200):
+            message += f" ({tally})"
         return self.result(check, True, message, exit_code=code, excerpt=kept)
+
+    def _session_command(self, check: SessionCommandCheck) -> VerifyResult:
+        raise CheckFailed(
+            f"session_command {check.command!r} reached the worker unresolved: the phase "
+            "was rendered without the session's commands; restart the session"
+        )
 
     def _file_exists(self, check: FileExistsCheck) -> VerifyResult:
         rel = self.text(check.path, "path", slot="path")

@@ -10,6 +10,7 @@ The gate models and their loading are in :mod:`phasegate.domain.gates`.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from typing import Any
@@ -45,7 +46,8 @@ def evaluate_gate(gate: GateDefinition, evidence: dict[str, Any]) -> GateEvaluat
 
     Args:
         gate: The gate to check.
-        evidence: Field name to submitted value (JSON-like). Extra fields are fine.
+        evidence: Field name to submitted value (JSON-like). Extra fields do not block;
+            each gets a warning naming the closest declared field.
 
     Returns:
         ``passed`` is true when there are no problems. ``problems`` block;
@@ -75,7 +77,37 @@ def evaluate_gate(gate: GateDefinition, evidence: dict[str, Any]) -> GateEvaluat
             failure = _crashed("", f"rule:{rule.name}", rule.expr, exc, f"Rule '{rule.name}'")
         if failure:
             soft.append(failure)
+    warnings += _unknown_fields(gate, evidence)
     return GateEvaluation(passed=not problems, problems=problems, warnings=warnings)
+
+
+MAX_UNKNOWN_WARNINGS = 10
+"""Unknown evidence fields named one by one; the rest are counted."""
+
+
+def _unknown_fields(gate: GateDefinition, evidence: dict[str, Any]) -> list[Problem]:
+    """A warning per evidence field the gate does not declare, naming the closest
+    declared one (a typo would otherwise be ignored without a word). None when the
+    gate declares no field (any evidence is its own)."""
+    if not gate.fields:
+        return []
+    unknown = [name for name in evidence if name not in gate.fields]
+    out = []
+    for name in unknown[:MAX_UNKNOWN_WARNINGS]:
+        shown = str(name) if len(str(name)) <= 80 else str(name)[:79] + "…"
+        close = difflib.get_close_matches(str(name)[:80], list(gate.fields), n=1, cutoff=0.6)
+        hint = (
+            f"did you mean '{close[0]}'?"
+            if close
+            else f"the gate's fields are: {clip_text(', '.join(gate.fields))}"
+        )
+        message = f"'{shown}' is not a field of this gate and was not checked; {hint}"
+        out.append(_problem(shown, "unknown_field", close[0] if close else "", "", message))
+    if len(unknown) > MAX_UNKNOWN_WARNINGS:
+        more = len(unknown) - MAX_UNKNOWN_WARNINGS
+        message = f"{more} more field(s) the gate does not declare were not checked"
+        out.append(_problem("", "unknown_field", "", str(more), message))
+    return out
 
 
 def _check_field(

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from phasegate.domain.commands import CommandRefused, parse_allowlist, split_command
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.orchestration.agents import AgentName
 
@@ -250,6 +251,23 @@ class Settings(BaseModel):
         description="Verify checks one worker runs at once, on its own task queue "
         "(PHASEGATE_VERIFY_CONCURRENCY).",
     )
+    test_command: str | None = Field(
+        None,
+        max_length=4000,
+        description="The test command of projects this deployment serves "
+        "(PHASEGATE_TEST_COMMAND, e.g. 'python -m pytest -q'), where a session names none "
+        "(--test-command) and its project none (phasegate.toml or [tool.phasegate] "
+        "test_command); unset: found in the project (pytest, npm test, go test, cargo "
+        "test, make test). Shown in phase 0 and run where a gate backs tests_passing.",
+    )
+    allowed_commands: list[str | list[str]] | None = Field(
+        None,
+        max_length=256,
+        description="The only commands verify checks may run (PHASEGATE_ALLOWED_COMMANDS, "
+        'a JSON list such as ["python -m pytest -q", ["npm", "test"], "make ..."]: each '
+        "a command or an argv, a final word ... allowing further arguments). A session "
+        "naming another is refused at start, and a worker refuses to run one. Unset: any.",
+    )
     metrics_port: int | None = Field(
         None,
         ge=0,
@@ -308,6 +326,30 @@ class Settings(BaseModel):
         "(the env of a PHASEGATE_DEVELOPER_COMMANDS object entry). An agent not named here "
         "gets CODING_AGENT_ENV's list for its name or program (claude, codex), else none.",
     )
+
+    @field_validator("allowed_commands")
+    @classmethod
+    def _check_allowed(cls, value: list[str | list[str]] | None) -> list[str | list[str]] | None:
+        if value is not None:
+            try:
+                parse_allowlist(value)
+            except CommandRefused as exc:
+                raise ValueError(f"PHASEGATE_ALLOWED_COMMANDS: {exc}") from None
+        return value
+
+    @field_validator("test_command")
+    @classmethod
+    def _check_test_command(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                split_command(value)
+            except CommandRefused as exc:
+                raise ValueError(f"PHASEGATE_TEST_COMMAND: {exc}") from None
+        return value
+
+    def command_allowlist(self) -> list[list[str]] | None:
+        """``allowed_commands`` as argv prefixes (``domain.commands.allowed``)."""
+        return None if self.allowed_commands is None else parse_allowlist(self.allowed_commands)
 
     @model_validator(mode="before")
     @classmethod
@@ -429,6 +471,8 @@ class Settings(BaseModel):
             allow_unsigned_controls=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_CONTROLS")),
             verify_concurrency=int(env.get("PHASEGATE_VERIFY_CONCURRENCY") or 4),
             prefetch=_flag(env.get("PHASEGATE_PREFETCH")) is not False,
+            test_command=env.get("PHASEGATE_TEST_COMMAND") or None,
+            allowed_commands=_allowed_env(env),
             metrics_port=int(env["PHASEGATE_METRICS_PORT"])
             if env.get("PHASEGATE_METRICS_PORT")
             else None,
@@ -441,6 +485,28 @@ class Settings(BaseModel):
             )
             or dict(DEVELOPER_COMMANDS),
         )
+
+
+def _allowed_env(env: Mapping[str, str]) -> list[str | list[str]] | None:
+    """``PHASEGATE_ALLOWED_COMMANDS``: a JSON list of commands (strings or argv lists)."""
+    text = env.get("PHASEGATE_ALLOWED_COMMANDS", "").strip()
+    if not text:
+        return None
+    hint = 'set it to a JSON list such as ["python -m pytest -q", ["npm", "test"]]'
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise PhasegateError(
+            f"not JSON ({exc})", where="PHASEGATE_ALLOWED_COMMANDS", hint=hint
+        ) from None
+    if not isinstance(data, list) or not all(
+        isinstance(e, str) or (isinstance(e, list) and all(isinstance(w, str) for w in e))
+        for e in data
+    ):
+        raise PhasegateError(
+            "expected a list of commands", where="PHASEGATE_ALLOWED_COMMANDS", hint=hint
+        )
+    return data
 
 
 def _flag(value: str | None) -> bool | None:

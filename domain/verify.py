@@ -64,6 +64,7 @@ __all__ = [
     "GitChangedCheck",
     "GlobCountCheck",
     "JsonValueCheck",
+    "SessionCommandCheck",
     "VerifyCheck",
     "VerifyChecks",
     "VerifyReport",
@@ -107,7 +108,9 @@ class CommandCheck(_Check):
     argv: list[str] = Field(min_length=1, description="Program and arguments; templated.")
     cwd: str = Field(".", description="Working directory, relative to the workspace.")
     timeout_seconds: float = Field(300, gt=0, le=3600, allow_inf_nan=False)
-    expect_exit: int = 0
+    expect_exit: int | list[int] = Field(
+        0, description="The exit code that passes, or a list of them (pytest: [0, 5])."
+    )
     stdout_pattern: Regex | None = Field(
         None, description="Regex that stdout+stderr must contain (re.search); templated."
     )
@@ -124,6 +127,25 @@ class CommandCheck(_Check):
 
     def budget_seconds(self) -> float:
         return self.timeout_seconds
+
+    @property
+    def ok_exits(self) -> list[int]:
+        """The exit codes that pass."""
+        return [self.expect_exit] if isinstance(self.expect_exit, int) else self.expect_exit
+
+
+class SessionCommandCheck(_Check):
+    """Run the session's own commands (``domain/commands.py``), fixed when it started and
+    listed in phase 0: ``test`` the project's test command, ``checkpoints`` the commands
+    the spec's Validation Gate / Checkpoint of this phase names. Replaced by command
+    checks when the phase renders (a session without such a command runs nothing here)."""
+
+    kind: Literal["session_command"]
+    command: Literal["test", "checkpoints"] = "test"
+    timeout_seconds: float | None = Field(None, gt=0, le=3600, allow_inf_nan=False)
+
+    def budget_seconds(self) -> float:
+        return self.timeout_seconds or 900.0
 
 
 class FileExistsCheck(_Check):
@@ -194,7 +216,8 @@ VerifyCheck = Annotated[
     | FileContainsCheck
     | GitChangedCheck
     | FilesExistCheck
-    | JsonValueCheck,
+    | JsonValueCheck
+    | SessionCommandCheck,
     Field(discriminator="kind"),
 ]
 
@@ -236,6 +259,7 @@ CHECK_MODELS: dict[str, type[_Check]] = {
     "git_changed": GitChangedCheck,
     "files_exist": FilesExistCheck,
     "json_value": JsonValueCheck,
+    "session_command": SessionCommandCheck,
 }
 
 #: Per kind, the fields whose strings may hold ``{{ ... }}`` references.
@@ -247,6 +271,7 @@ TEMPLATED_FIELDS: dict[str, tuple[str, ...]] = {
     "git_changed": ("paths",),
     "files_exist": (),
     "json_value": ("path", "value"),
+    "session_command": (),
 }
 
 #: Fields whose references may be typed ``| path`` (and where untyped values follow

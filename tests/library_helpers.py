@@ -17,11 +17,14 @@ import yaml
 from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
+from phasegate.activities._phase_render import session_context
+from phasegate.activities._session_commands import SAMPLE_COMMANDS
 from phasegate.activities._spec_phases import validation_items
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.library import find_workflow
+from phasegate.domain.commands import bind_gate
 from phasegate.domain.gates import GateDefinition, load_gate
-from phasegate.domain.session.messages import LoadSessionRequest, SessionOptions
+from phasegate.domain.session.messages import DefinitionRef, LoadSessionRequest, SessionOptions
 from phasegate.domain.spec import SpecPhase
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +58,9 @@ def static_phase_params() -> list[Any]:
 
 
 def read_gate(path: Path) -> GateDefinition:
-    return load_gate(yaml.safe_load(path.read_text(encoding="utf-8")), source=str(path))
+    """A gate file as a session serves it (spec_execution_v1's with the sample commands)."""
+    gate = load_gate(yaml.safe_load(path.read_text(encoding="utf-8")), source=str(path))
+    return bind_gate(gate, SAMPLE_COMMANDS, None) if "spec_execution_v1" in path.parts else gate
 
 
 def render(path: Path, context: dict[str, Any]) -> str:
@@ -74,8 +79,16 @@ def evidence_example(markdown: str, where: str) -> dict[str, Any]:
     return data
 
 
-def session_ctx(workflow: str, total: int) -> dict[str, Any]:
-    return {"workflow_type": workflow, "target": "src/todo_api", "total_phases": total}
+def session_ctx(workflow: str, total: int, index: int = 0) -> dict[str, Any]:
+    """``session`` as the engine passes it: spec_execution_v1 sessions run commands."""
+    ref = DefinitionRef(
+        workflow_type=workflow,
+        target="src/todo_api",
+        total_phases=total,
+        static_phase_count=1,
+        commands=SAMPLE_COMMANDS if workflow == "spec_execution_v1" else None,
+    )
+    return session_context(ref, index)
 
 
 def static_ctx(workflow: str, phase: dict[str, Any]) -> dict[str, Any]:
@@ -96,7 +109,7 @@ def static_ctx(workflow: str, phase: dict[str, Any]) -> dict[str, Any]:
     }
     return _with_legacy(
         {
-            "session": session_ctx(workflow, len(phases)),
+            "session": session_ctx(workflow, len(phases), number),
             "phase": phase_ctx,
             "spec": {"title": "", "source": ""},
             "task_count": len(tasks),
@@ -200,10 +213,13 @@ def dynamic_ctx(*, last: bool = False, bare: bool = False) -> dict[str, Any]:
         "tasks": tasks,
         "validation_gate": gate,
         "validation_items": items,
+        "commands": [
+            {"name": "tests_pass", "command": "python3 -m pytest -q", "source": "pyproject.toml"}
+        ],
     }
     return _with_legacy(
         {
-            "session": session_ctx("spec_execution_v1", 4),
+            "session": session_ctx("spec_execution_v1", 4, 3 if last else 1),
             "phase": phase,
             "spec": {
                 "title": "" if bare else "Implementation Tasks: Todo API",

@@ -18,7 +18,9 @@ Handled layouts (``tests/fixtures/tasks/`` has one small file per family, and
   their nested items or (Kiro) the ``1.1``, ``1.2`` items after them as tasks;
   else sections over checklists (OpenSpec), else one phase;
 * YAML front matter is skipped; trailing sections (Notes, Dependencies...) end
-  the last phase.
+  the last phase;
+* dependencies written as prose (``depends on T003``, ``after T002``) and in
+  spec-kit's dependency sections (``T008 blocks T009``) are read (``_deps``).
 
 The only exception that leaves ``parse_tasks_md`` is ``SpecParseError``.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 
+from phasegate.activities.tasks_md._deps import dependency_lines, link_prose_dependencies
 from phasegate.activities.tasks_md._markdown import blank_front_matter, block_parser
 from phasegate.activities.tasks_md._numbered import walk_numbered
 from phasegate.activities.tasks_md._text import plain_heading
@@ -88,6 +91,7 @@ def _parse(text: str, source: str) -> ParsedSpec:
         (plain_heading(n.content) for n in nodes if n.type == "heading" and n.level == 1), ""
     )
     warnings: list[ParseWarning] = []
+    dependency_text = dependency_lines(nodes)  # read before the walkers drain the blocks
     layout = phase_layout(nodes)
     if layout is not None:
         # Drains nodes; a layout means some heading opens a phase, so no _best_line below.
@@ -101,6 +105,7 @@ def _parse(text: str, source: str) -> ParsedSpec:
             line=_best_line(nodes),
             hint=EXPECTED_FORMAT_HINT,
         )
+    link_prose_dependencies(drafts, dependency_text, warnings)
     for phase in drafts:
         if not phase.tasks:
             warnings.append(

@@ -114,6 +114,16 @@ def check_start(
     """
     _target(target)
     _workflow(workflow_type, library_paths, options)
+    command = options.get("test_command")
+    if isinstance(command, str):
+        from phasegate.domain.commands import CommandRefused, split_command
+
+        try:
+            split_command(command)
+        except CommandRefused as exc:
+            raise PhasegateError(
+                str(exc), where="--test-command", hint="e.g. --test-command 'python -m pytest -q'"
+            ) from None
     spec = options.get("spec_path")
     if isinstance(spec, str) and spec:
         # The worker takes a relative spec_path (``--option``) against the target.

@@ -105,6 +105,13 @@ def _start_parser(sub: Any) -> None:
         help="project directory (default: the current directory)",
     )
     s.add_argument("--spec", help="dynamic workflows: tasks.md or its directory")
+    s.add_argument(
+        "--test-command",
+        metavar="COMMAND",
+        help="the project's test command, e.g. 'python -m pytest -q' (no shell); default: "
+        "the project's phasegate.toml, PHASEGATE_TEST_COMMAND, else found in the project. "
+        "Listed in phase 0: the lead approves it",
+    )
     s.add_argument("--id", help="session id (default <workflow_type>-<random>)")
     s.add_argument(
         "--approver",
@@ -188,6 +195,9 @@ async def start(ctx: Ctx) -> int:
         opts["approver_keys"] = [approver_key(item) for item in a.approver_key]
     if a.no_prefetch:
         opts["prefetch"] = False
+    if a.test_command:
+        opts["test_command"] = a.test_command
+    opts.setdefault("interface", "cli")  # phase text names the CLI's commands
     try:
         options = SessionOptions.model_validate(opts)
     except ValidationError as exc:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from phasegate.domain.commands import SessionCommands
 from phasegate.domain.gates import GateDefinition, Problem
 from phasegate.domain.limits import (
     DEFAULT_MAX_EVIDENCE_BYTES,
@@ -110,6 +111,20 @@ class SessionOptions(BaseModel):
         "them (choosing who of them approves); where none are named, they require signatures "
         "only if the deployment accepts unsigned approvals.",
     )
+    test_command: str | None = Field(
+        None,
+        max_length=4000,
+        description="The project's test command (e.g. 'python -m pytest -q'), run at every "
+        "phase whose gate backs tests_passing; else the project's phasegate.toml, the "
+        "deployment's PHASEGATE_TEST_COMMAND, or one found in the project. Listed in phase 0 "
+        "and bound by the lead's approval of it; a deployment may allow only some commands.",
+    )
+    interface: Literal["cli", "mcp", "sdk"] | None = Field(
+        None,
+        description="How the agent drives the session: phase text names that interface's "
+        "commands (phasegate submit, the submit_checkpoint tool, PhasegateClient.submit); "
+        "unset: all three.",
+    )
     prefetch: bool = Field(
         True,
         description="Render the next phase in the background while the agent works, so an "
@@ -171,6 +186,10 @@ class DefinitionRef(BaseModel):
     base_commit: str | None = Field(
         None, description="git HEAD of the target when the session started (for git_changed)."
     )
+    commands: SessionCommands | None = Field(
+        None, description="The commands the session runs, fixed at start (domain.commands)."
+    )
+    interface: str | None = Field(None, description="SessionOptions.interface, for phase text.")
 
 
 class LoadSessionRequest(BaseModel):

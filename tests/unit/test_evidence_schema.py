@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from library_helpers import read_gate, render, static_ctx, static_phases
 
 from phasegate import SHIPPED_LIBRARY
 from phasegate.activities.definitions import DefinitionActivities
@@ -87,7 +88,7 @@ def test_gate_schema_lists_required_fields_and_rules() -> None:
     "workflow, gate_file", GATES, ids=[f"{w}-{g.parent.name}" for w, g in GATES]
 )
 def test_documented_example_validates_against_the_schema(workflow: str, gate_file: Path) -> None:
-    gate = load_gate_file(gate_file)
+    gate = read_gate(gate_file)
     schema = gate_json_schema(gate)
     jsonschema.Draft202012Validator.check_schema(schema)
     example = _example(gate_file.parent / "phase.md")
@@ -127,7 +128,11 @@ def _violations(prop: dict[str, Any]) -> list[Any]:
 
 
 def _example(phase_md: Path) -> dict[str, Any]:
-    text = documented_example(phase_md.read_text(encoding="utf-8"))
+    """The example phase.md documents, rendered as the engine renders it (phase 0 of
+    spec_execution_v1 lists the session's commands in it)."""
+    workflow, number = phase_md.parent.parent.parent.name, int(phase_md.parent.name)
+    meta = next(p for p in static_phases(workflow) if p["phase_number"] == number)
+    text = documented_example(render(phase_md, static_ctx(workflow, meta)))
     return json.loads(text) if text else {}
 
 

@@ -62,7 +62,9 @@ def test_dynamic_phase_template_renders() -> None:
     for item in ctx["phase"]["validation_items"]:  # each item with the field that checks it
         assert f"- [ ] {item['text']} → `{item['field']}`" in text
     assert "`repository_is_injected_not_a_global`" in text
-    assert '"phase": 1' in text and "phase 2 unlocks" in text
+    assert "--phase 1 --file evidence.json" in text and "phase 2 unlocks" in text
+    assert "`submit_checkpoint` tool (`phase`: 1" in text  # MCP's words, not Temporal's
+    assert "`python3 -m pytest -q`" in text  # the commands the engine runs here
     assert "*(optional)*" in text
 
     example = evidence_example(text, "phase-template.md")
@@ -90,7 +92,7 @@ def test_dynamic_phase_template_renders_last_and_bare_phases() -> None:
     last = render(path, dynamic_ctx(last=True))
     assert "# Phase 3:" in last and "the session is complete" in last
     bare = render(path, dynamic_ctx(bare=True))
-    assert "no Validation Gate items" in bare and "`T001`" in bare
+    assert "No Validation Gate item" in bare and "`T001`" in bare
     assert evidence_example(bare, "bare")["tasks_completed"] == ["T001"]
 
 
@@ -106,7 +108,8 @@ def test_dynamic_task_template_renders() -> None:
     assert "**Status:** done" in text and "30 minutes" in text
     assert "- [ ] Titles are stripped" in text
     assert "None — you can start right away." in text
-    assert '{"phase": 1, "task": 2}' in text  # fetch the next task
+    assert "`phasegate task SESSION 1 2`" in text  # fetch the next task
+    assert "`get_task` tool (`phase`: 1, `task`: 2)" in text
     assert "Note `1.1` for" in text and not LEGACY.search(text)  # the legacy [TASK_ID]
 
     text = render(path, second)
