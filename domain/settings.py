@@ -40,17 +40,35 @@ __all__ = [
     "verify_task_queue",
 ]
 
+# What a shipped coding agent may do unattended: the gated session's commands and the
+# workspace's files, nothing else (no other shell command, no `phasegate approve`).
+CLAUDE_ALLOWED_TOOLS = (
+    "Bash(phasegate status:*),Bash(phasegate phase:*),Bash(phasegate task:*),"
+    "Bash(phasegate submit:*),Bash(phasegate spec parse:*),Read,Edit,Write,Glob,Grep"
+)
+
 # Coding agents a worker runs by default (Settings.developer_commands).
 DEVELOPER_COMMANDS: dict[str, list[str]] = {
-    "claude": ["claude", "-p", "{prompt}"],
-    "codex": ["codex", "exec", "{prompt}"],
+    "claude": ["claude", "--allowedTools", CLAUDE_ALLOWED_TOOLS, "-p", "{prompt}"],
+    # workspace-write: edits in the workspace only; network for the phasegate CLI's
+    # Temporal connection; exec never asks for an approval nobody is there to give.
+    "codex": [
+        "codex",
+        "exec",
+        "--sandbox",
+        "workspace-write",
+        "-c",
+        "sandbox_workspace_write.network_access=true",
+        "--skip-git-repo-check",
+        "{prompt}",
+    ],
     # phasegate's scripted coding agent: walks the session honestly (demo and tests)
     "scripted": ["{python}", "-m", "phasegate.agents.scripted", "{prompt}"],
 }
 
 CODING_AGENT_ENV: dict[str, list[str]] = {
     "claude": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
-    "codex": ["OPENAI_API_KEY", "OPENAI_BASE_URL"],
+    "codex": ["OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_HOME"],
 }
 """Variables a well-known coding agent needs from the worker's environment, by agent
 name or program name (``claude``, ``codex``): what an entry that declares no ``env``
@@ -301,8 +319,8 @@ class Settings(BaseModel):
     ] = Field(
         default_factory=lambda: dict(DEVELOPER_COMMANDS),
         description="The coding agents this worker may run for an orchestration's developer, "
-        "by name (PHASEGATE_DEVELOPER_COMMANDS, JSON; replaces the defaults claude, codex and "
-        "scripted). Each entry is an argv, "
+        "by name (PHASEGATE_DEVELOPER_COMMANDS, JSON; extends the shipped claude, codex and "
+        "scripted, an entry of the same name replacing one). Each entry is an argv, "
         '{"claude": ["claude", "-p", "{prompt}"]}, or an object naming the variables the '
         "agent needs from the worker's environment, "
         '{"claude": {"command": ["claude", "-p", "{prompt}"], "env": ["ANTHROPIC_API_KEY", '
@@ -313,7 +331,8 @@ class Settings(BaseModel):
         "it runs. The agent's environment is PATH, HOME, USER, LOGNAME, LANG, LC_*, TERM, "
         "TMPDIR, TZ, SHELL, the session's PHASEGATE_SESSION, PHASEGATE_TASK_QUEUE, "
         "TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE, and its declared env (default for claude: "
-        "ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL; codex: OPENAI_API_KEY, OPENAI_BASE_URL); "
+        "ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL; codex: OPENAI_API_KEY, CODEX_API_KEY, "
+        "CODEX_HOME); "
         "nothing else of the worker's (no PHASEGATE_* settings, cloud credentials or "
         "Temporal TLS / API key variables unless declared).",
     )
@@ -480,10 +499,16 @@ class Settings(BaseModel):
             model_providers=_json_env(
                 env, "PHASEGATE_MODEL_PROVIDERS", "model_providers", _PROVIDERS_EXAMPLE
             ),
-            developer_commands=_json_env(
-                env, "PHASEGATE_DEVELOPER_COMMANDS", "developer_commands", _COMMANDS_EXAMPLE
-            )
-            or dict(DEVELOPER_COMMANDS),
+            # Extends the shipped agents (an entry of the same name replaces one).
+            developer_commands={
+                **DEVELOPER_COMMANDS,
+                **(
+                    _json_env(
+                        env, "PHASEGATE_DEVELOPER_COMMANDS", "developer_commands", _COMMANDS_EXAMPLE
+                    )
+                    or {}
+                ),
+            },
         )
 
 
