@@ -137,10 +137,22 @@ class FakeRequest:
 
     @property
     def tool_names(self) -> list[str]:
-        """Names of the tools the request offered the model (every wire format)."""
+        """Names of the tools the request offered the model (every wire format); a tool
+        inside a Responses API ``namespace`` tool is named ``NAMESPACE__NAME`` (Codex
+        groups an MCP server's tools as namespace ``mcp__SERVER``, so its tools read as
+        Claude Code names them: ``mcp__phasegate__start_session``)."""
         tools = self.body.get("tools", []) if isinstance(self.body, dict) else []
-        names = [t.get("name") or t.get("function", {}).get("name") for t in tools]
-        return [n for n in names if isinstance(n, str)]
+        names: list[str] = []
+        for tool in tools:
+            if not isinstance(tool, dict):
+                continue
+            if tool.get("type") == "namespace":
+                inner = [t.get("name") for t in tool.get("tools", []) if isinstance(t, dict)]
+                names += [f"{tool.get('name')}__{n}" for n in inner if isinstance(n, str)]
+            name = tool.get("name") or tool.get("function", {}).get("name")
+            if isinstance(name, str) and tool.get("type") != "namespace":
+                names.append(name)
+        return names
 
     @property
     def tool_results(self) -> list[str]:
@@ -204,6 +216,8 @@ class FakeServer:
         self._count = 0
         self._ids = itertools.count(1)
         self._held: list[threading.Event] = []
+        self.script_errors: list[str] = []
+        """What each scripted answer that raised said (it was answered 500 instead)."""
 
     # --- the script -------------------------------------------------------------
 
@@ -384,10 +398,17 @@ class FakeServer:
             else:
                 reply = self._replies.popleft()
                 kind = reply.kind
-                if reply.responder is not None:
-                    seen = FakeRequest(method, path, headers, body, 0, "respond", stream)
-                    reply = reply.responder(seen)
-                answer = self._reply(route, reply, body if isinstance(body, dict) else {}, stream)
+                try:
+                    if reply.responder is not None:
+                        seen = FakeRequest(method, path, headers, body, 0, "respond", stream)
+                        reply = reply.responder(seen)
+                    answer = self._reply(
+                        route, reply, body if isinstance(body, dict) else {}, stream
+                    )
+                except Exception as exc:  # noqa: BLE001 - a broken script step: answer 500 saying so
+                    message = f"{name}: scripted answer #{number} raised {exc!r}"
+                    answer, kind = self._error_answer(route, 500, message), "script_error"
+                    self.script_errors.append(message)
                 stream = stream and answer.events is not None
                 if answer.hold is not None:
                     self._held.append(answer.hold)

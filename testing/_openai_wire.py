@@ -75,14 +75,29 @@ def chat_events(
     return events
 
 
-def _output_item(reply: FakeReply, tool: str, number: int, done: bool) -> dict[str, Any]:
+def _namespaced(request: dict[str, Any]) -> set[str]:
+    """``NAMESPACE__NAME`` of every tool the request groups in a ``namespace`` tool."""
+    found: set[str] = set()
+    for group in request.get("tools") or []:
+        if isinstance(group, dict) and group.get("type") == "namespace":
+            inner = [t.get("name") for t in group.get("tools", []) if isinstance(t, dict)]
+            found |= {f"{group.get('name')}__{name}" for name in inner}
+    return found
+
+
+def _output_item(
+    reply: FakeReply, tool: str, number: int, done: bool, namespaced: set[str]
+) -> dict[str, Any]:
+    """The one output item; a call of a namespaced tool names its namespace apart."""
     status = "completed" if done else "in_progress"
     if reply.kind in ("tool_call", "malformed"):
+        namespace, _, inner = tool.rpartition("__") if tool in namespaced else ("", "", tool)
         return {
             "type": "function_call",
             "id": f"fc_fake{number:06d}",
             "call_id": f"call_fake{number:06d}",
-            "name": tool,
+            **({"namespace": namespace} if namespace else {}),
+            "name": inner,
             "arguments": (reply.arguments or "") if done else "",
             "status": status,
         }
@@ -124,7 +139,9 @@ def response_object(
         "incomplete_details": None,
         "instructions": request.get("instructions"),
         "model": str(request.get("model", "fake")),
-        "output": [_output_item(reply, tool, number, True)] if reply is not None else [],
+        "output": [_output_item(reply, tool, number, True, _namespaced(request))]
+        if reply is not None
+        else [],
         "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
         "tool_choice": request.get("tool_choice", "auto"),
         "tools": request.get("tools", []),
@@ -150,10 +167,13 @@ def response_events(
 
     emit("response.created", response=response_object(None, tool, request, number))
     emit("response.in_progress", response=response_object(None, tool, request, number))
-    item = _output_item(reply, tool, number, True)
+    namespaced = _namespaced(request)
+    item = _output_item(reply, tool, number, True, namespaced)
     where = {"item_id": item["id"], "output_index": 0}
     emit(
-        "response.output_item.added", output_index=0, item=_output_item(reply, tool, number, False)
+        "response.output_item.added",
+        output_index=0,
+        item=_output_item(reply, tool, number, False, namespaced),
     )
     if item["type"] == "function_call":
         for part in pieces(item["arguments"]):

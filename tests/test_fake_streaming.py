@@ -11,6 +11,7 @@ import json
 import urllib.error
 import urllib.request
 
+import anthropic
 import openai
 import pytest
 from anthropic import AsyncAnthropic
@@ -416,3 +417,45 @@ def test_tool_results_are_read_in_every_wire_format():
         "text",
     )
     assert [r.tool_results for r in (chat, responses, blocks)] == [["one"], ["two"], ["three"]]
+
+
+async def test_a_namespaced_tool_is_called_in_its_namespace_as_codex_offers_mcp_tools():
+    group = {
+        "type": "namespace",
+        "name": "mcp__phasegate",
+        "description": "phasegate's MCP tools",
+        "tools": [{"type": "function", "name": "start_session", "parameters": {}}],
+    }
+    async with FakeOpenAI() as fake:
+        fake.tool_call({"workflow_type": "w"}, name="mcp__phasegate__start_session")
+        client = _openai(fake)
+        stream = await client.responses.create(
+            model="gpt-test",
+            input="go",
+            tools=[group],  # type: ignore[list-item]
+            stream=True,
+        )
+        events = [event async for event in stream]
+        await client.close()
+    assert fake.requests[0].tool_names == ["mcp__phasegate__start_session"]
+    done = events[-1]
+    assert done.type == "response.completed"
+    [item] = done.response.output
+    assert item.type == "function_call" and (item.namespace, item.name) == (
+        "mcp__phasegate",
+        "start_session",
+    )
+
+
+async def test_a_script_step_that_raises_is_answered_500_and_recorded():
+    def broken(request: FakeRequest) -> FakeReply:
+        raise KeyError("session_id")
+
+    async with FakeAnthropic() as fake:
+        fake.respond(broken).text("next")
+        client = _anthropic(fake)
+        with pytest.raises(anthropic.InternalServerError, match="raised KeyError"):
+            await client.messages.create(model="m", max_tokens=5, messages=ASK)  # type: ignore[arg-type]
+        await client.close()
+    assert [r.reply for r in fake.requests] == ["script_error"] and fake.pending == 1
+    assert fake.script_errors == ["FakeAnthropic: scripted answer #1 raised KeyError('session_id')"]
