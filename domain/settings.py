@@ -499,16 +499,11 @@ class Settings(BaseModel):
             model_providers=_json_env(
                 env, "PHASEGATE_MODEL_PROVIDERS", "model_providers", _PROVIDERS_EXAMPLE
             ),
-            # Extends the shipped agents (an entry of the same name replaces one).
-            developer_commands={
-                **DEVELOPER_COMMANDS,
-                **(
-                    _json_env(
-                        env, "PHASEGATE_DEVELOPER_COMMANDS", "developer_commands", _COMMANDS_EXAMPLE
-                    )
-                    or {}
-                ),
-            },
+            developer_commands=_with_shipped_agents(
+                _json_env(
+                    env, "PHASEGATE_DEVELOPER_COMMANDS", "developer_commands", _COMMANDS_EXAMPLE
+                )
+            ),
         )
 
 
@@ -547,6 +542,12 @@ _COMMANDS_EXAMPLE = (
     '"mine": {"command": ["mine", "{prompt}"], "env": ["MINE_API_KEY"]}}'
 )
 _PROVIDERS_EXAMPLE = '{"ollama": {"base_url": "http://localhost:11434/v1"}}'
+
+
+def _with_shipped_agents(given: object) -> dict[str, object]:
+    """``PHASEGATE_DEVELOPER_COMMANDS`` extends the shipped coding agents; an entry of a
+    shipped name replaces that one only."""
+    return {**DEVELOPER_COMMANDS, **(given if isinstance(given, dict) else {})}
 
 
 def _json_env(env: Mapping[str, str], variable: str, field: str, example: str) -> object:
