@@ -344,7 +344,9 @@ def failure_summary(output: str, limit: int = 600) -> str:
     """
     lines = [ln.strip() for ln in output.splitlines()[-400:] if ln.strip()]
     picked = [ln for ln in lines if _SUMMARY.match(ln)]
-    failing = [ln for ln in picked if not _TALLY.search(ln) or ln.startswith("FAIL")][:5]
+    failing = [ln for ln in picked if not _TALLY.search(ln) or ln.startswith("FAIL")]
+    named = [ln for ln in failing if not ln.startswith("E ")]  # pytest's FAILED/ERROR lines
+    failing = (named or failing)[:5]
     tally = [ln.strip("= ") for ln in picked if _TALLY.search(ln)][-1:]
     found = list(dict.fromkeys([*failing, *tally])) or lines[-1:]
     text = "; ".join(found)
