@@ -18,6 +18,7 @@ import pytest
 from phasegate.activities._spec_phases import dynamic_gate
 from phasegate.activities.library import load_gate_file
 from phasegate.activities.verify import VerifyActivities
+from phasegate.domain.commands import SessionCommands
 from phasegate.domain.errors import GateDefinitionError
 from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.domain.spec import SpecPhase, SpecTask
@@ -34,8 +35,9 @@ def _checks() -> list[Any]:
     """The checks every dynamic phase of spec_execution_v1 runs (the base gate's)."""
     base = load_gate_file(GATE)
     phase = SpecPhase(number=1, name="P", tasks=[SpecTask(id="1.1", name="t", line=2)], line=1)
-    gate = dynamic_gate(base, phase, source="tasks.md:1")
-    assert gate.verify == base.verify and len(gate.verify) == 1
+    # A session without a test command (none named or found): the files check alone.
+    gate = dynamic_gate(base, phase, source="tasks.md:1", commands=SessionCommands(), spec_index=0)
+    assert len(gate.verify) == 1
     assert isinstance(gate.verify[0], FilesExistCheck)
     return list(gate.verify)
 
