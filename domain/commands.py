@@ -147,9 +147,13 @@ def split_command(text: str) -> list[str]:
         raise CommandRefused("the command holds a template ({{ ... }}); write the command itself")
     try:
         argv = shlex.split(text)
+        # Operators outside quotes (`a;b`, `a|b`) are tokens of their own here.
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        operators = [t for t in lexer if t and set(t) <= set("();<>|&")]
     except ValueError as exc:
         raise CommandRefused(f"the command cannot be split into words: {exc}") from None
-    for word in argv:
+    for word in operators + argv:
         if word in _SHELL_WORDS or re.match(r"^\d?[<>]", word) or "$" in word or "`" in word:
             raise CommandRefused(
                 f"{word!r} needs a shell, and phasegate runs commands without one; name one "
