@@ -318,3 +318,23 @@ def test_an_unknown_evidence_field_is_named_with_the_closest_declared_one() -> N
         gate, {"tests_passing": True, "summary": "s"} | {f"f{i}": i for i in range(5000)}
     )
     assert len(flood.warnings) == 11 and "4990 more" in flood.warnings[-1].message
+
+
+# --------------------------------------------------------------------------- real spec folders
+
+SPECS = Path(__file__).resolve().parents[1] / "fixtures" / "specs"
+
+
+def test_a_real_agent_os_folder_is_read_and_its_design_documents_are_named() -> None:
+    """A whole agent-os spec folder (SOURCE.md): tasks.md read from the folder, and the
+    documents it holds are the ones phase 0 names as design documents."""
+    from phasegate.activities.tasks_md import read_spec
+    from library_helpers import LIBRARY, read_gate
+
+    folder = SPECS / "agent-os-spec-workflow-validation"
+    spec = read_spec(str(folder), target=str(folder))
+    assert spec.source.endswith("tasks.md") and spec.task_count > 0
+    gate = read_gate(LIBRARY / "spec_execution_v1" / "phases" / "0" / "gate-definition.yaml")
+    named = gate.fields["required_files_present"].description
+    assert (folder / "spec.md").is_file() and "spec.md" in named
+    assert (folder / "sub-specs").is_dir() and "sub-specs/" in named
