@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         RunStep,
         Wait,
     )
-    from phasegate.domain.orchestration.views import details_markdown
+    from phasegate.domain.orchestration.views import by_reference, details_markdown
     from phasegate.temporal import application_error
 
 from phasegate.workflows._developer_step import RETRY as _RETRY
@@ -283,7 +283,7 @@ class Orchestration:
         return list(verdict.problems)
 
     async def _store_if_large(self, key: str, output: AgentOutput) -> str | None:
-        if not OrchestrationState.by_reference(output):
+        if not by_reference(output):
             return None
         return await workflow.execute_activity_method(
             OrchestrationActivities.store_output,

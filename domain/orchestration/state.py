@@ -21,7 +21,6 @@ Pure: no I/O, no clock (callers pass ``now``), no randomness.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -593,9 +592,3 @@ class OrchestrationState(GateRules):
         """What an agent may be shown for ``step`` (None: the planner); see
         :func:`~phasegate.domain.orchestration.context.sections_for`."""
         return sections_for(self, step)
-
-    @staticmethod
-    def by_reference(output: AgentOutput) -> bool:
-        """Whether an output is too large for history and travels as a file instead."""
-        data = output.model_dump(mode="json")
-        return len(json.dumps(data, ensure_ascii=False).encode()) > INLINE_OUTPUT_BYTES

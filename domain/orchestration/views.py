@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INLINE_OUTPUT_BYTES",
     "MAX_CARRY_BYTES",
+    "by_reference",
     "compact",
     "details_markdown",
     "output_summary",
@@ -164,3 +165,9 @@ def output_summary(output: AgentOutput) -> str:
     if isinstance(output, PlannerDecision):
         return " → ".join(s.agent for s in output.steps)
     return f"{getattr(output, 'goal', '')} (confidence {getattr(output, 'confidence', 0):.2f})"
+
+
+def by_reference(output: AgentOutput) -> bool:
+    """Whether an output is too large for history and travels as a file instead."""
+    data = output.model_dump(mode="json")
+    return len(json.dumps(data, ensure_ascii=False).encode()) > INLINE_OUTPUT_BYTES
