@@ -6,7 +6,8 @@ Hierarchy::
     ├── DefinitionError                a workflow definition on disk is wrong
     │   ├── WorkflowNotFound           "workflow_not_found"
     │   ├── TemplateNotFound           "template_not_found"
-    │   └── GateDefinitionError        "gate_definition_invalid"
+    │   ├── GateDefinitionError        "gate_definition_invalid"
+    │   └── GraphInvalid               "graph_invalid" (a step graph that cannot run)
     ├── SpecParseError                 "source_parse_failed" (tasks.md)
     ├── ExpressionError                "expression_invalid" (restricted evaluator)
     ├── TemporalUnreachable            "temporal_unreachable" (no server at the address)
@@ -15,7 +16,8 @@ Hierarchy::
         ├── SessionNotActive           "session_not_active"
         ├── PayloadTooLarge            "payload_too_large"
         ├── ApprovalRefused            "approval_refused"
-        └── SessionNotFound            "session_not_found" (no such session id)
+        ├── SessionNotFound            "session_not_found" (no such session id)
+        └── StepSequenceViolation      "step_sequence_violation" (a graph's stale/foreign step)
     │   └── VerifyInvalid              "verify_invalid": a gate's checks cannot run as written
     OrchestrationError                 "orchestration_failed": a run cannot go on
     ├── ReplanRefused                  "replan_refused": no replan can be asked now
@@ -57,6 +59,7 @@ __all__ = [
     "DeveloperInvalid",
     "ExpressionError",
     "GateDefinitionError",
+    "GraphInvalid",
     "ModelAuth",
     "ModelError",
     "ModelNotFound",
@@ -73,6 +76,7 @@ __all__ = [
     "SessionError",
     "SessionNotActive",
     "SessionNotFound",
+    "StepSequenceViolation",
     "SpecParseError",
     "TemplateNotFound",
     "TemporalUnreachable",
@@ -179,6 +183,18 @@ class ApprovalRefused(SessionError):
 
 class SessionNotFound(SessionError):
     code = "session_not_found"
+
+
+class StepSequenceViolation(SessionError):
+    """A step graph was sent a report for a step it is not on (stale or foreign)."""
+
+    code = "step_sequence_violation"
+
+
+class GraphInvalid(DefinitionError):
+    """A step graph that cannot run as written (see ``phasegate graph check``)."""
+
+    code = "graph_invalid"
 
 
 class OrchestrationError(PhasegateError):
@@ -294,6 +310,8 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         PayloadTooLarge,
         ApprovalRefused,
         SessionNotFound,
+        StepSequenceViolation,
+        GraphInvalid,
         OrchestrationError,
         ReplanRefused,
         CallerRefused,

@@ -1,0 +1,1 @@
+"""Step graphs: explicit outcome graphs validated at load and run by ``StepGraph``."""
