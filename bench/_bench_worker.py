@@ -3,7 +3,7 @@
 Runs apart from the measuring client, as in production (client and worker are
 separate processes), so the two do not share one interpreter lock.
 
-    python bench/_bench_worker.py ADDRESS TASK_QUEUE LIBRARY HOME
+    python bench/_bench_worker.py ADDRESS TASK_QUEUE LIBRARY HOME [SETTINGS_JSON]
     python bench/_bench_worker.py --raw-only ADDRESS TASK_QUEUE   # the baseline alone
 
 With ``--raw-only`` it serves only ``RawUpdateWorkflow`` on ``TASK_QUEUE-raw``, for
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Callable
@@ -56,8 +57,11 @@ async def serve(
             await stop.wait()
 
 
-async def main(address: str, task_queue: str, library: str | None, home: str | None) -> None:
-    settings = Settings(temporal_address=address, task_queue=task_queue)
+async def main(
+    address: str, task_queue: str, library: str | None, home: str | None, extra: str = "{}"
+) -> None:
+    """``extra``: further settings as JSON (e.g. ``{"allow_unsigned_approvals": true}``)."""
+    settings = Settings(temporal_address=address, task_queue=task_queue, **json.loads(extra))
     if library is not None and home is not None:
         settings = settings.model_copy(update={"home": home, "library_paths": [library]})
     await serve(settings, RawUpdateWorkflow, echo, phasegate=library is not None)
@@ -67,4 +71,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--raw-only":
         _common.run(main(sys.argv[2], sys.argv[3], None, None))
     else:
-        _common.run(main(*sys.argv[1:5]))
+        _common.run(main(*sys.argv[1:6]))

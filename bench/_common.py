@@ -39,8 +39,12 @@ def run(coro) -> None:
     os._exit(0)
 
 
-def start_bench_worker(address: str, task_queue: str, library: str, home: str):
-    """Start bench/_bench_worker.py (phasegate's worker + the baseline) and wait until ready."""
+def start_bench_worker(
+    address: str, task_queue: str, library: str, home: str, settings: dict | None = None
+):
+    """Start bench/_bench_worker.py (phasegate's worker + the baseline) and wait until ready;
+    ``settings``: further worker settings (field: value)."""
+    import json
     import subprocess
 
     proc = subprocess.Popen(
@@ -51,6 +55,7 @@ def start_bench_worker(address: str, task_queue: str, library: str, home: str):
             task_queue,
             library,
             home,
+            json.dumps(settings or {}),
         ],
         stdout=subprocess.PIPE,
         text=True,
