@@ -30,7 +30,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from phasegate.client.cli import approvals, keys, library, orchestrate, servers, sessions
+from phasegate.client.cli import approvals, graphs, keys, library, orchestrate, servers, sessions
 from phasegate.client.cli._common import (
     EXIT_ERROR,
     EXIT_GATE_FAILED,
@@ -43,7 +43,7 @@ from phasegate.domain.errors import PhasegateError
 
 __all__ = ["EXIT_ERROR", "EXIT_GATE_FAILED", "EXIT_OK", "EXIT_REFUSED", "build_parser", "main"]
 
-_GROUPS = (servers, sessions, approvals, library, keys, orchestrate)  # the order of --help
+_GROUPS = (servers, sessions, approvals, library, graphs, keys, orchestrate)  # the order of --help
 
 
 def build_parser() -> argparse.ArgumentParser:
