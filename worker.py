@@ -28,7 +28,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
@@ -43,6 +43,7 @@ from phasegate.activities.notify import notify_webhook
 from phasegate.activities.orchestration import OrchestrationActivities
 from phasegate.activities.provenance import CallerCheck, ProvenanceActivities
 from phasegate.activities.rag import RagActivities
+from phasegate.activities.step_handlers import StepHandlerActivities
 from phasegate.activities.verify import VerifyActivities
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
@@ -50,14 +51,14 @@ from phasegate.domain.settings import Settings, verify_task_queue
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.trust import reserved_actor
 from phasegate.temporal import connect, load_settings, metrics_runtime, shutdown_tracing
-from phasegate.workflows import GatedSession, Orchestration
+from phasegate.workflows import GatedSession, Orchestration, StepGraph
 
 __all__ = ["WORKFLOWS", "PhasegateWorkers", "build_worker", "main", "run_worker"]
 
 MAIN_ACTIVITY_THREADS = 16
 """Threads (and so concurrent activities) of ``phasegate worker``'s main worker."""
 
-WORKFLOWS: Sequence[type] = (GatedSession, Orchestration)
+WORKFLOWS: Sequence[type] = (GatedSession, Orchestration, StepGraph)
 
 
 class _LazyRetriever:
@@ -271,6 +272,7 @@ def _main_worker(
                 settings, temporal_address=client.service_client.config.target_host
             ).activities,
             ProvenanceActivities(client, settings.task_queue).check_carry,
+            *_graph_activities(settings),
         ],
         activity_executor=executor,
         max_concurrent_activities=threads if isinstance(threads, int) else None,
@@ -279,6 +281,16 @@ def _main_worker(
         plugins=[PydanticAIPlugin(), models.plugin()],
         interceptors=[caller_check(client, settings)],
     )
+
+
+def _graph_activities(settings: Settings) -> list[Any]:
+    """A step graph run's activities: its handlers, as far as this worker allows them."""
+    handlers = StepHandlerActivities(
+        function_modules=settings.graph_function_modules,
+        approver_keys=load_approver_keys(settings.approver_keys_file),
+        allow_unsigned_answers=settings.allow_unsigned_approvals,
+    )
+    return [handlers.prepare, handlers.render_step, handlers.run_function]
 
 
 async def run_worker(

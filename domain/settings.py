@@ -286,6 +286,15 @@ class Settings(BaseModel):
         "a command or an argv, a final word ... allowing further arguments). A session "
         "naming another is refused at start, and a worker refuses to run one. Unset: any.",
     )
+    graph_function_modules: list[
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$")]
+    ] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Python modules (and their submodules) whose functions step graphs may "
+        "name as `module:function` handlers (PHASEGATE_GRAPH_FUNCTION_MODULES, separated "
+        "like PATH). phasegate's own handlers are always allowed; nothing else runs.",
+    )
     metrics_port: int | None = Field(
         None,
         ge=0,
@@ -492,6 +501,9 @@ class Settings(BaseModel):
             prefetch=_flag(env.get("PHASEGATE_PREFETCH")) is not False,
             test_command=env.get("PHASEGATE_TEST_COMMAND") or None,
             allowed_commands=_allowed_env(env),
+            graph_function_modules=[
+                m for m in env.get("PHASEGATE_GRAPH_FUNCTION_MODULES", "").split(pathsep) if m
+            ],
             metrics_port=int(env["PHASEGATE_METRICS_PORT"])
             if env.get("PHASEGATE_METRICS_PORT")
             else None,

@@ -2,5 +2,6 @@
 
 from phasegate.workflows.gated_session import GatedSession
 from phasegate.workflows.orchestration import Orchestration
+from phasegate.workflows.step_graph import StepGraph
 
-__all__ = ["GatedSession", "Orchestration"]
+__all__ = ["GatedSession", "Orchestration", "StepGraph"]

@@ -192,6 +192,7 @@ class StepView(BaseModel):
     questions: list[Question] = Field(default_factory=list)
     answers: dict[str, str] = Field(default_factory=dict)
     may_ask: bool = False
+    rendered: bool = Field(True, description="False while the visit's actions render")
     status: GraphStatus
 
 
@@ -210,6 +211,9 @@ class GraphView(BaseModel):
     questions: list[Question] = Field(default_factory=list)
     question_round: int = 0
     awaiting_input_from: list[str] = Field(default_factory=list)
+    answer_binding: dict[str, str] | None = Field(
+        None, description="what a signed answer binds besides the answers (while asking)"
+    )
     outcome: str | None = None
     failure: str = ""
     runs: int = 1

@@ -37,6 +37,7 @@ def step_view(state: GraphState) -> StepView | None:
         questions=list(state.questions),
         answers=dict(state.answers),
         may_ask=step.ask,
+        rendered=state.rendered is not None,
         status=state.status,
     )
 
@@ -58,6 +59,7 @@ def status_view(state: GraphState) -> GraphView:
         awaiting_input_from=(state.approvers or ["any approver"])
         if state.status == "awaiting_input"
         else [],
+        answer_binding=state.answer_binding() if state.status == "awaiting_input" else None,
         outcome=state.outcome,
         failure=state.failure,
         runs=state.runs,

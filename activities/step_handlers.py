@@ -1,0 +1,143 @@
+"""The activities a ``StepGraph`` run uses: what the worker allows it (setup), a step's
+actions rendered (sandboxed Jinja2), and ``module:function`` handlers run.
+
+A function handler runs only if its module is one the worker was configured to run
+(``graph_function_modules`` in the settings; phasegate's own shipped graph handlers are
+always allowed): whoever can start a graph run (at threat level 2, the agent) names
+its handlers, and must not be able to name arbitrary code on the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Sequence
+
+from jinja2 import StrictUndefined, TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+from pydantic import ValidationError
+from temporalio import activity
+
+from phasegate.domain.errors import GraphInvalid
+from phasegate.domain.graph.activities import (
+    FunctionRequest,
+    GraphPrepare,
+    RenderStepRequest,
+    StepContext,
+)
+from phasegate.domain.graph.messages import GraphSetup
+from phasegate.domain.graph.model import Handler
+from phasegate.domain.graph.state import HandlerOutcome
+from phasegate.domain.signing import ApproverKey
+from phasegate.temporal import application_error
+
+__all__ = ["SHIPPED_HANDLERS", "StepContext", "StepHandlerActivities"]
+
+#: The package of phasegate's own graph handlers (always allowed).
+SHIPPED_HANDLERS = "phasegate.agents.graph_handlers"
+MAX_RENDERED = 50_000
+
+
+class StepHandlerActivities:
+    """Bound to one worker's configuration (its allowed modules, its approver keys)."""
+
+    def __init__(
+        self,
+        *,
+        function_modules: Sequence[str] = (),
+        approver_keys: Sequence[ApproverKey] = (),
+        allow_unsigned_answers: bool = True,
+        session_types: Sequence[str] | None = None,
+    ) -> None:
+        self._modules = (SHIPPED_HANDLERS, *function_modules)
+        self._keys = list(approver_keys)
+        self._unsigned = allow_unsigned_answers and not self._keys
+        self._session_types = set(session_types) if session_types is not None else None
+        self._env = SandboxedEnvironment(autoescape=False, undefined=StrictUndefined)
+
+    def allowed(self, target: str) -> bool:
+        module = target.split(":", 1)[0]
+        return any(module == m or module.startswith(m + ".") for m in self._modules)
+
+    def _handler_problem(self, step_id: str, handler: Handler) -> str | None:
+        if handler.kind == "function" and not self.allowed(handler.target):
+            return (
+                f"step {step_id!r}: this worker does not run {handler.target!r} (its module is "
+                "not in PHASEGATE_GRAPH_FUNCTION_MODULES)"
+            )
+        sessions = self._session_types
+        if handler.kind == "session" and sessions is not None and handler.target not in sessions:
+            return f"step {step_id!r}: no workflow type {handler.target!r} in this worker's library"
+        if handler.kind in ("agent", "graph"):
+            return f"step {step_id!r}: {handler.kind} handlers do not run on this worker yet"
+        return None
+
+    @activity.defn(name="prepare_graph")
+    def prepare(self, req: GraphPrepare) -> GraphSetup:
+        """Who may answer the run's questions (the deployment's keys and policy) and why
+        it cannot run here, if it cannot."""
+        problems = [
+            p for s in req.graph.steps if (p := self._handler_problem(s.id, s.handler)) is not None
+        ]
+        return GraphSetup(
+            approver_keys=self._keys, unsigned_answers=self._unsigned, problems=problems
+        )
+
+    @activity.defn(name="render_step")
+    def render_step(self, req: RenderStepRequest) -> str:
+        """The step's actions with the run's params, state and answers filled in. A
+        template that cannot render shows as written, with the reason above it (the
+        agent still reads its step; `phasegate graph check` reports such templates)."""
+        context = {
+            "params": req.params,
+            "state": req.state,
+            "answers": req.answers,
+            "visit": req.visit,
+            "step": req.step_id,
+        }
+        try:
+            text = self._env.from_string(req.actions).render(**context)
+        except TemplateError as exc:
+            return f"(the actions could not be rendered: {exc})\n\n{req.actions}"
+        return text[:MAX_RENDERED]
+
+    @activity.defn(name="run_step_function")
+    async def run_function(self, req: FunctionRequest) -> HandlerOutcome:
+        """Run a ``module:function`` handler with the step's context; it returns an
+        outcome name, a dict or a :class:`HandlerOutcome`."""
+        if not self.allowed(req.target):
+            raise application_error(
+                GraphInvalid(
+                    f"this worker does not run {req.target!r}",
+                    hint="add its module to PHASEGATE_GRAPH_FUNCTION_MODULES on the worker",
+                )
+            )
+        module_name, name = req.target.split(":", 1)
+        try:
+            fn = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise application_error(
+                GraphInvalid(f"cannot load {req.target!r}: {exc}", hint="fix the handler")
+            ) from None
+        if inspect.iscoroutinefunction(fn):
+            returned = await fn(req.context)
+        else:
+            returned = await asyncio.to_thread(fn, req.context)
+        return _outcome(req.target, returned)
+
+
+def _outcome(target: str, returned: object) -> HandlerOutcome:
+    if isinstance(returned, HandlerOutcome):
+        return returned
+    try:
+        if isinstance(returned, str):
+            return HandlerOutcome(outcome=returned)
+        return HandlerOutcome.model_validate(returned)
+    except ValidationError as exc:
+        raise application_error(
+            GraphInvalid(
+                f"{target} returned {type(returned).__name__}, not an outcome: {exc.errors()[0]['msg']}",
+                hint="return an outcome name, {'outcome': ..., 'state': {...}} or a HandlerOutcome",
+            )
+        ) from None

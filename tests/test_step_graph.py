@@ -1,0 +1,182 @@
+"""StepGraph on a real dev server: an outside agent walks a branching graph, function
+handlers loop to a cap, a step asks a person and only a signed answer is taken, and
+every forged, stale or foreign message is refused without touching the run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phasegate.client import keys
+from phasegate.client.graphs import GraphClient
+from phasegate.domain.errors import (
+    ApprovalRefused,
+    GraphFailed,
+    GraphInvalid,
+    SessionError,
+    StepSequenceViolation,
+)
+from phasegate.domain.graph.messages import Question, StepReport
+from phasegate.domain.graph.model import Graph
+
+CRITIQUE: dict[str, Any] = {
+    "name": "critique",
+    "entry": "draft",
+    "params": {"depth": {"type": "int", "default": 1, "min": 1, "max": 5}},
+    "state": {"n": {"type": "int"}, "notes": {"type": "str"}},
+    "steps": [
+        {
+            "id": "draft",
+            "title": "Draft the answer",
+            "actions": "Depth {{ params.depth }}; visit {{ visit }}.",
+            "outcomes": ["quick", "full"],
+            "next": {"quick": "answer", "full": "research"},
+        },
+        {
+            "id": "research",
+            "title": "Research",
+            "actions": "{% if answers %}Answered: {{ answers.scope }}{% endif %}",
+            "next": {"ok": "answer", "_default": "answer"},
+            "ask": True,
+        },
+        {"id": "answer", "title": "Answer", "next": {"ok": None, "fail": "draft"}},
+    ],
+}
+
+HANDLED: dict[str, Any] = {
+    "name": "handled",
+    "entry": "judge",
+    "params": {"depth": {"type": "int", "default": 1}, "target": {"type": "int", "default": 3}},
+    "state": {"n": {"type": "int", "default": 0}},
+    "steps": [
+        {
+            "id": "judge",
+            "title": "Judge",
+            "handler": "graph_handlers:judge",
+            "outcomes": ["quick", "full"],
+            "next": {"quick": "count", "full": None},
+        },
+        {
+            "id": "count",
+            "title": "Count",
+            "handler": "graph_handlers:count_up",
+            "next": {"ok": None, "iterate": "count"},
+            "max_iterations": 5,
+        },
+    ],
+}
+
+
+@pytest.fixture
+async def graphs(env, settings_for, run_worker):
+    settings = settings_for(graph_function_modules=["graph_handlers"])
+    async with run_worker(settings):
+        yield GraphClient(env.client, settings.task_queue)
+
+
+async def test_an_outside_agent_walks_the_branch_it_reports(graphs: GraphClient) -> None:
+    rid = await graphs.start(Graph.model_validate(CRITIQUE), params={"depth": 3})
+    step = await graphs.step(rid)
+    assert step is not None and step.step_id == "draft" and step.actions == "Depth 3; visit 1."
+    assert step.outcomes == ["quick", "full"] and "research" not in step.model_dump_json()
+    with pytest.raises(StepSequenceViolation, match="on step 'draft'"):
+        await graphs.report(rid, StepReport(step_id="answer", outcome="ok"))
+    with pytest.raises(SessionError, match="no outcome 'ok'"):
+        await graphs.report(rid, StepReport(step_id="draft", outcome="ok"))
+    with pytest.raises(SessionError, match="no state field 'mood'"):
+        await graphs.report(rid, StepReport(step_id="draft", outcome="quick", state={"mood": 1}))
+    done = await graphs.report(rid, StepReport(step_id="draft", outcome="quick", report_id="r1"))
+    assert done.next_step == "answer"
+    again = await graphs.report(rid, StepReport(step_id="draft", outcome="quick", report_id="r1"))
+    assert again == done  # a retried report changes nothing
+    with pytest.raises(StepSequenceViolation, match="stale"):
+        await graphs.report(rid, StepReport(step_id="answer", outcome="ok", visit=2))
+    await graphs.report(rid, StepReport(step_id="answer", outcome="ok"))
+    summary = await graphs.result(rid)
+    assert summary.status == "completed" and summary.outcome == "ok"
+    assert [(p.step, p.outcome) for p in summary.path] == [("draft", "quick"), ("answer", "ok")]
+
+
+async def test_function_handlers_branch_and_loop_until_done(graphs: GraphClient) -> None:
+    rid = await graphs.start(Graph.model_validate(HANDLED), params={"target": 3})
+    summary = await graphs.result(rid)
+    assert summary.status == "completed" and summary.state == {"n": 3}
+    assert [p.outcome for p in summary.path] == ["quick", "iterate", "iterate", "ok"]
+    deep = await graphs.start(Graph.model_validate(HANDLED), params={"depth": 3})
+    assert [p.outcome for p in (await graphs.result(deep)).path] == ["full"]
+
+
+async def test_a_loop_past_its_cap_fails_the_run_saying_why(graphs: GraphClient) -> None:
+    rid = await graphs.start(Graph.model_validate(HANDLED), params={"target": 99})
+    with pytest.raises(GraphFailed, match="iterated more than its cap of 5"):
+        await graphs.result(rid)
+    view = await graphs.status(rid)
+    assert view.status == "failed" and view.path_total == 7
+
+
+async def test_a_worker_runs_only_the_handlers_it_allows(graphs: GraphClient) -> None:
+    spec = {**HANDLED, "steps": [{"id": "x", "title": "X", "handler": "os:system"}], "entry": "x"}
+    rid = await graphs.start(Graph.model_validate(spec))
+    with pytest.raises(GraphInvalid, match="does not run 'os:system'"):
+        await graphs.result(rid)
+
+
+async def test_a_handler_that_raises_takes_the_fail_edge(graphs: GraphClient) -> None:
+    spec = {
+        "name": "boom",
+        "entry": "x",
+        "steps": [
+            {"id": "x", "title": "X", "handler": "graph_handlers:explode", "next": {"fail": "y"}},
+            {"id": "y", "title": "Y"},
+        ],
+    }
+    rid = await graphs.start(Graph.model_validate(spec))
+    step = await _wait_for_step(graphs, rid, "y")
+    assert step.step_id == "y"
+    view = await graphs.status(rid)
+    assert "handler exploded on visit 1" in view.path[0].summary
+
+
+async def test_a_person_answers_the_questions_only_with_a_valid_signature(
+    env, settings_for, run_worker, tmp_path: Path
+) -> None:
+    lead = keys.new_key("lead", directory=tmp_path)
+    keys_file = tmp_path / "approvers.json"
+    keys_file.write_text(json.dumps([lead.model_dump()]))
+    settings = settings_for(approver_keys_file=str(keys_file), allow_unsigned_approvals=False)
+    async with run_worker(settings):
+        graphs = GraphClient(env.client, settings.task_queue)
+        rid = await graphs.start(Graph.model_validate(CRITIQUE), params={"depth": 3})
+        await graphs.report(rid, StepReport(step_id="draft", outcome="full"))
+        questions = [Question(id="scope", text="How deep?", options=["quick", "thorough"])]
+        await graphs.report(
+            rid, StepReport(step_id="research", outcome="needs_input", questions=questions)
+        )
+        view = await graphs.status(rid)
+        assert view.status == "awaiting_input" and view.questions == questions
+        # The agent answers for the person: unsigned, then off the menu; both refused.
+        with pytest.raises(ApprovalRefused, match="signed"):
+            await graphs.answer(rid, {"scope": "quick"}, as_key=None, approver="lead")
+        with pytest.raises(SessionError, match="not an option"):
+            await graphs.answer(rid, {"scope": "maybe"}, as_key="lead", key_dir=tmp_path)
+        with pytest.raises(Exception, match="waits for a person"):
+            await graphs.report(rid, StepReport(step_id="research", outcome="ok"))
+        await graphs.answer(rid, {"scope": "thorough"}, as_key="lead", key_dir=tmp_path)
+        step = await _wait_for_step(graphs, rid, "research", visit=2)
+        assert step.answers == {"scope": "thorough"} and step.actions == "Answered: thorough"
+        await graphs.report(rid, StepReport(step_id="research", outcome="ok"))
+        await graphs.report(rid, StepReport(step_id="answer", outcome="ok"))
+        assert (await graphs.result(rid)).status == "completed"
+
+
+async def _wait_for_step(graphs: GraphClient, rid: str, step_id: str, visit: int = 1) -> Any:
+    for _ in range(100):
+        step = await graphs.step(rid)
+        if step is not None and step.step_id == step_id and step.visit == visit:
+            return step
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never reached {step_id} visit {visit}")

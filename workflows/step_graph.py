@@ -1,0 +1,247 @@
+"""``StepGraph``: one run of an explicit outcome graph (see ``domain/graph``).
+
+Thin on purpose: :class:`~phasegate.domain.graph.state.GraphState` decides every
+step; this class runs what its ``advance`` asks for (render a step, run its handler,
+wait for a report or for answers, continue-as-new, finish) and maps messages onto
+its ``check_<message>`` / ``apply_<message>``, with the workflow kit (``_kit``).
+
+Contract (README, "StepGraph"): run input ``StartGraph``; update ``report_step``
+(``StepReport`` → ``ReportResult``); update ``answer`` (``GraphAnswer`` →
+``GraphView``); queries ``status`` (``GraphView``) and ``step`` (``StepView`` or
+None: never a step the run is not on); result ``GraphSummary``; a failed run ends
+with a ``graph_failed`` error.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from phasegate.activities.step_handlers import StepHandlerActivities
+    from phasegate.domain.errors import GraphFailed, GraphInvalid, SessionError, SessionNotActive
+    from phasegate.domain.graph.activities import (
+        FunctionRequest,
+        GraphPrepare,
+        RenderStepRequest,
+        StepContext,
+    )
+    from phasegate.domain.graph.messages import (
+        GraphAnswer,
+        GraphSummary,
+        GraphView,
+        ReportResult,
+        StartGraph,
+        StepReport,
+        StepView,
+    )
+    from phasegate.domain.graph.state import (
+        ContinueAsNew,
+        Finish,
+        GraphState,
+        HandlerOutcome,
+        RenderStep,
+        RunHandler,
+    )
+    from phasegate.domain.graph.views import details_markdown
+    from phasegate.domain.session.messages import SessionOptions, SessionSummary, StartSession
+    from phasegate.temporal import application_error
+    from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready
+    from phasegate.workflows.gated_session import GatedSession
+
+__all__ = ["StepGraph"]
+
+_RETRY = RetryPolicy(maximum_attempts=3)
+
+
+@workflow.defn
+class StepGraph:
+    @workflow.init
+    def __init__(self, start: StartGraph) -> None:
+        self._carry = CarryGate(start.carried)
+        self._state: GraphState | None = None
+        self._changes = 0
+        self._publisher = Publisher()
+
+    @workflow.run
+    async def run(self, start: StartGraph) -> GraphSummary:
+        state = await self._begin(start)
+        while True:
+            self._publish()
+            action = state.advance(workflow.now())
+            if isinstance(action, Finish):
+                if state.status == "failed":
+                    raise application_error(GraphFailed(state.failure, hint=_SHOW))
+                return state.summary()
+            if isinstance(action, ContinueAsNew):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(start.model_copy(update={"carried": state.carry()}))
+            if isinstance(action, RenderStep):
+                await self._render(state, action)
+            elif isinstance(action, RunHandler):
+                await self._run_handler(state, action)
+            else:  # WaitReport, WaitAnswer: an update moves the run on
+                await self._next_change()
+
+    async def _next_change(self) -> None:
+        seen = self._changes
+        await workflow.wait_condition(
+            lambda: self._changes != seen or workflow.info().is_continue_as_new_suggested()
+        )
+
+    async def _begin(self, start: StartGraph) -> GraphState:
+        carried = await self._carry.proven()
+        if self._carry.refusal:
+            raise application_error(
+                SessionError(
+                    "a graph run cannot be started with carried state: only its own "
+                    f"continue-as-new hands state on ({self._carry.refusal})",
+                    where="carried",
+                    hint="start graphs with `phasegate graph run`",
+                )
+            )
+        if carried is not None:
+            self._state = GraphState.from_carry(carried)
+            return self._state
+        if problems := GraphState.start_problems(start):
+            raise application_error(GraphInvalid("; ".join(problems), hint=_CHECK))
+        setup = await workflow.execute_activity_method(
+            StepHandlerActivities.prepare,
+            GraphPrepare(graph=start.graph),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=_RETRY,
+        )
+        if setup.problems:
+            raise application_error(GraphInvalid("; ".join(setup.problems), hint=_CHECK))
+        info = workflow.info()
+        self._state = GraphState.begin(start, setup, info.first_execution_run_id, workflow.now())
+        return self._state
+
+    async def _render(self, state: GraphState, action: RenderStep) -> None:
+        text = await workflow.execute_local_activity_method(
+            StepHandlerActivities.render_step,
+            RenderStepRequest(
+                actions=action.step.actions,
+                step_id=action.step.id,
+                visit=action.visit,
+                params=state.params,
+                state=state.values,
+                answers=state.answers,
+            ),
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=_RETRY,
+            summary=f"render step {action.step.id}",
+        )
+        state.apply_rendered(action.step.id, action.visit, text)
+        self._changed()
+
+    async def _run_handler(self, state: GraphState, action: RunHandler) -> None:
+        step, visit, now = action.step, action.visit, workflow.now
+        try:
+            if step.handler.kind == "function":
+                done = await workflow.execute_activity_method(
+                    StepHandlerActivities.run_function,
+                    FunctionRequest(
+                        target=step.handler.target, context=self._context(state, action)
+                    ),
+                    start_to_close_timeout=timedelta(minutes=30),
+                    retry_policy=_RETRY,
+                    summary=f"step {step.id}: {step.handler.target}",
+                )
+            else:  # session (prepare refuses the kinds this worker cannot run)
+                done = await self._child_session(state, action)
+        except (ActivityError, ChildWorkflowError) as exc:
+            cause = exc.cause or exc
+            state.apply_handler_failure(
+                step.id, visit, str(getattr(cause, "message", cause)), now()
+            )
+        else:
+            state.apply_handler(step.id, visit, done, now())
+        self._changed()
+
+    async def _child_session(self, state: GraphState, action: RunHandler) -> HandlerOutcome:
+        result: SessionSummary = await workflow.execute_child_workflow(
+            GatedSession.run,
+            StartSession(
+                workflow_type=action.step.handler.target,
+                target=state.target,
+                options=SessionOptions(approvers=state.approvers),
+            ),
+            id=f"{workflow.info().workflow_id}--{action.step.id}-{action.visit}",
+            task_queue=workflow.info().task_queue,
+        )
+        ok = result.status == "completed"
+        return HandlerOutcome(
+            outcome="ok" if ok else "fail",
+            summary=f"session {result.status}: {len(result.completed_phases)} phases completed",
+        )
+
+    def _context(self, state: GraphState, action: RunHandler) -> StepContext:
+        return StepContext(
+            graph=state.graph.name,
+            step_id=action.step.id,
+            visit=action.visit,
+            params=state.params,
+            state=state.values,
+            answers=state.answers,
+            workspace=state.target,
+        )
+
+    # ---- messages ------------------------------------------------------------
+
+    @workflow.update
+    async def report_step(self, report: StepReport) -> ReportResult:
+        """An outside agent ends the step it is on (or asks a person)."""
+        result = self._ready().apply_report(report, workflow.now())
+        self._changed()
+        return result
+
+    @report_step.validator
+    def _validate_report(self, report: StepReport) -> None:
+        check(self._ready().check_report(report))
+
+    @workflow.update
+    async def answer(self, ans: GraphAnswer) -> GraphView:
+        """A person answers the questions the step asked; the step runs again."""
+        state = self._ready()
+        state.apply_answer(ans, workflow.now())
+        self._changed()
+        return state.view()
+
+    @answer.validator
+    def _validate_answer(self, ans: GraphAnswer) -> None:
+        check(self._ready().check_answer(ans, workflow.info().workflow_id))
+
+    @workflow.query
+    def status(self) -> GraphView:
+        return self._ready().view()
+
+    @workflow.query
+    def step(self) -> StepView | None:
+        """The step the run is on, as its worker reads it; None when it is on none."""
+        return self._ready().step_view()
+
+    # ---- internals -----------------------------------------------------------------
+
+    def _ready(self) -> GraphState:
+        if self._state is None:
+            raise not_ready(SessionNotActive("the graph run is starting", hint="retry in a moment"))
+        return self._state
+
+    def _changed(self) -> None:
+        self._changes += 1
+        self._publish()
+
+    def _publish(self) -> None:
+        state = self._state
+        if state is None:
+            return
+        self._publisher.attributes(state.graph.name, state.path_total, state.status)
+        self._publisher.details(details_markdown(state))
+
+
+_SHOW = "see the path it took: phasegate graph show RUN"
+_CHECK = "check the graph with `phasegate graph check FILE`"
