@@ -35,6 +35,7 @@ Hierarchy::
     WorkspaceRefused                   "workspace_refused": a file phasegate would not write
     CallerRefused                      "caller_refused": an activity scheduled by a workflow
                                        that is not phasegate's own (threat level 2)
+    GraphFailed                        "graph_failed": a step graph run ended failed
     ProvenanceUnavailable              "provenance_unavailable": the server could not say who
                                        asked (retried)
 
@@ -59,6 +60,7 @@ __all__ = [
     "DeveloperInvalid",
     "ExpressionError",
     "GateDefinitionError",
+    "GraphFailed",
     "GraphInvalid",
     "ModelAuth",
     "ModelError",
@@ -191,6 +193,13 @@ class StepSequenceViolation(SessionError):
     code = "step_sequence_violation"
 
 
+class GraphFailed(PhasegateError):
+    """A step graph run ended failed: an outcome with no edge, a cap reached, a handler
+    result the step cannot take. ``phasegate graph show RUN`` shows the path."""
+
+    code = "graph_failed"
+
+
 class GraphInvalid(DefinitionError):
     """A step graph that cannot run as written (see ``phasegate graph check``)."""
 
@@ -312,6 +321,7 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         SessionNotFound,
         StepSequenceViolation,
         GraphInvalid,
+        GraphFailed,
         OrchestrationError,
         ReplanRefused,
         CallerRefused,
