@@ -183,11 +183,14 @@ def _py_info(path: Path, text: str) -> GraphInfo:
 
 def _graph_value(tree: ast.Module) -> ast.expr | None:
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets = [node.target]
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == "GRAPH" for t in targets):
-            return node.value  # type: ignore[union-attr]
+            return value
     return None
 
 
@@ -220,8 +223,11 @@ def read_graph(path: Path) -> Built:
         built.add("unreadable", f"cannot read it: {exc.strerror or exc}")
         return built
     except DefinitionError as exc:
-        code = "too_large" if size > GRAPH_FILE_LIMIT else "unreadable"
-        built.add(code, exc.message, hint=exc.hint or "")
+        built.add(
+            "too_large" if size > GRAPH_FILE_LIMIT else "unreadable",
+            exc.message,
+            hint=exc.hint or "",
+        )
         return built
     if path.suffix == ".py":
         data, lines = _import_graph(path, text, built)
@@ -281,6 +287,7 @@ def _with_py_lines(graph: dict[str, Any], tree: ast.Module) -> dict[str, Any]:
     """Each step's ``line``: where its literal id is written in the module."""
     found: dict[str, int] = {}
     for node in ast.walk(tree):
+        pairs: list[tuple[object, ast.expr]]
         if isinstance(node, ast.Call):
             pairs = [(k.arg, k.value) for k in node.keywords]
         elif isinstance(node, ast.Dict):
@@ -324,7 +331,7 @@ def check_file(path: Path, resolver: Resolver | None = None) -> Built:
     """Read ``path`` and validate the graph: every problem, reading's and validation's."""
     built = read_graph(path)
     if built.graph is not None:
-        built.problems += validate(built.graph, resolver)
+        built.problems += [built.locate(p) for p in validate(built.graph, resolver)]
     built.problems.sort(key=lambda p: _line_of(p.where))  # stable: file order, then kind
     return built
 

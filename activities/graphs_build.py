@@ -46,12 +46,13 @@ _ID_HINT = "names are 1-64 lowercase letters, digits, _ and -, starting with a l
 class Lines:
     """Line numbers (1-based) of a YAML node tree, looked up by key path."""
 
-    def __init__(self, node: Node | None) -> None:
+    def __init__(self, node: Node | None, line: int | None = None) -> None:
         self.node = node
+        self.line = line if line is not None else _line(node)
 
     def at(self, *path: str | int) -> int | None:
         """The line of the deepest node ``path`` reaches (a mapping key's own line)."""
-        node, line = self.node, _line(self.node)
+        node, line = self.node, self.line
         for part in path:
             child = _child(node, part)
             if child is None:
@@ -89,6 +90,24 @@ class Built:
     path: Path
     graph: Graph | None = None
     problems: list[GraphProblem] = field(default_factory=list)
+    lines: Lines = field(default_factory=lambda: Lines(None))
+    step_lines: dict[int, Lines] = field(default_factory=dict)  # by the line a step starts on
+
+    def locate(self, problem: GraphProblem) -> GraphProblem:
+        """``problem`` (from ``validate``) pointed at the line of the key it is about:
+        an edge's outcome, a parameter, the entry."""
+        head, _, line = problem.where.rpartition(":")
+        step = self.step_lines.get(int(line)) if line.isdigit() else None
+        at: int | None = None
+        if step is not None and problem.outcome:
+            at = step.at("next", problem.outcome)
+        elif problem.field and problem.step is None:
+            at = self.lines.at(*problem.field.split("."))
+        elif problem.code == "entry_missing":
+            at = self.lines.at("entry")
+        if not at or self.lines.node is None:
+            return problem
+        return problem.model_copy(update={"where": f"{head if step else problem.where}:{at}"})
 
     def add(
         self,
@@ -123,7 +142,7 @@ def compose_yaml(text: str, built: Built) -> tuple[Any, Lines]:
             "syntax_error",
             f"{problem}{context}",
             mark.line + 1 if mark else None,
-            hint="fix the YAML syntax (indent with spaces; quote text holding ': ' or '#')",
+            hint="fix the YAML syntax: indent with spaces, quote text holding ': ' or ' #'",
         )
         return None, Lines(None)
     except yaml.YAMLError as exc:
@@ -180,6 +199,8 @@ def build_graph(data: Any, lines: Lines, built: Built, *, gate_dir: Path | None 
     raw_steps = _step_items(data.get("steps"), lines, built)
     if raw_steps is None:
         return
+    built.lines = lines
+    built.step_lines = {n: item[1] for item in raw_steps if (n := item[1].at()) is not None}
     steps = [s for s in (_build_step(*item, built, gate_dir) for item in raw_steps) if s]
     top = {k: v for k, v in data.items() if k != "steps"}
     for key in [k for k in top if k not in _GRAPH_KEYS]:
@@ -224,13 +245,13 @@ def _step_items(raw: Any, lines: Lines, built: Built) -> list[tuple[Any, Lines, 
         built.add("bad_field", "the graph has no steps:", lines.at(), hint="add steps: [...]")
         return None
     node = lines.sub("steps").node
+    items: list[tuple[Any, Lines, str | None]] = []
     if isinstance(raw, list):
         items = [(r, lines.sub("steps", i), None) for i, r in enumerate(raw)]
     elif isinstance(raw, dict) and isinstance(node, MappingNode):
-        items = []
         for key, value in node.value:
             data = SafeConstructor().construct_document(value)
-            items.append((data, Lines(value), str(key.value)))
+            items.append((data, Lines(value, _line(key)), str(key.value)))
     else:
         built.add(
             "bad_field",
@@ -262,7 +283,8 @@ def _build_step(
         raw.setdefault("id", key_id)
     sid = str(raw.get("id", "?"))
     raw.setdefault("title", sid)
-    raw["line"] = line
+    if line is not None or "line" in raw:  # a .py graph's lines come from its source
+        raw["line"] = line if line is not None else raw["line"]
     if "gate" in raw:
         raw["gate"] = _gate(raw["gate"], lines, built, sid, gate_dir)
         if raw["gate"] is None:
@@ -300,7 +322,10 @@ def _gate(raw: Any, lines: Lines, built: Built, sid: str, gate_dir: Path | None)
             )
             return None
         if not present(path):
-            built.add("bad_gate", f"gate file {raw!r} not found", line, step=sid, key="gate")
+            hint = f"a gate file's path is relative to {gate_dir}"
+            built.add(
+                "bad_gate", f"gate file {raw!r} not found", line, step=sid, hint=hint, key="gate"
+            )
             return None
         try:
             return load_gate_file(path)

@@ -97,7 +97,7 @@ class LibraryResolver:
         """
         libs = [*library_paths, SHIPPED_LIBRARY]
         self.libraries = [Path(p) for p in dict.fromkeys(os.path.realpath(p) for p in libs)]
-        self.graphs_dir = graphs_dir
+        self.graphs_dir = graphs_dir.resolve() if graphs_dir else None
         self.python_path = list(sys.path if python_path is None else python_path)
 
     def handler_problem(self, handler: Handler) -> str | None:
@@ -146,6 +146,7 @@ class LibraryResolver:
     def _graph(self, name: str) -> str | None:
         folders = [self.graphs_dir] if self.graphs_dir else []
         folders += [lib / "graphs" for lib in self.libraries]
+        folders = list(dict.fromkeys(folders))
         for folder in folders:
             if any((folder / f"{name}{s}").is_file() for s in _GRAPH_SUFFIXES):
                 return None

@@ -396,13 +396,13 @@ _HANDLER_HINT = (
     "{agent: NAME, outcome_field: FIELD}, {session: WORKFLOW_TYPE}, {graph: NAME}"
 )
 _RESOLVE_HINT = {
-    "function": "define the function at module level in an importable module "
-    "(on the worker's PYTHONPATH), or fix the name",
-    "agent": "use an agent of the library (agents/<name>.md), or add its prompt file "
-    "to a library on PHASEGATE_LIBRARY",
+    "function": "define the function at module level in a module on the worker's "
+    "Python path, or fix the name",
+    "agent": "use an LLM agent whose prompt file agents/NAME.md is in a library "
+    "on PHASEGATE_LIBRARY or the shipped one",
     "session": "use a workflow type `phasegate library list` shows, or add it to a "
     "library on PHASEGATE_LIBRARY",
-    "graph": "use a graph `phasegate graph list` shows (a file in the same graphs/ folder)",
+    "graph": "use a graph in the same graphs/ folder or one `phasegate graph list` shows",
 }
 
 
