@@ -29,6 +29,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 from phasegate.domain.errors import SessionError
+from phasegate.domain.graph.model import Graph
 from phasegate.domain.provenance import RunRecord, caller_verdict, carry_verdict
 from phasegate.domain.settings import verify_task_queue
 
@@ -106,6 +107,23 @@ FORGED_SESSION = {
 }
 
 
+_GRAPH = Graph.model_validate(
+    {"name": "mini", "entry": "a", "steps": [{"id": "a", "title": "A", "next": {"ok": None}}]}
+)
+# A graph run's state as the agent would forge it: finished, with an outcome it chose.
+FORGED_GRAPH = {
+    "graph": _GRAPH.model_dump(mode="json"),
+    "sha256": _GRAPH.sha256(),
+    "status": "completed",
+    "outcome": "ok",
+    "first_run_id": "",
+}
+
+
+def _graph_start(carried: Any) -> dict[str, Any]:
+    return {"graph": _GRAPH.model_dump(mode="json"), "sha256": _GRAPH.sha256(), "carried": carried}
+
+
 async def _launder(
     env: Any, settings: Any, wid: str, workflow_type: str, carried: Any, workdir: str = ""
 ) -> Any:
@@ -113,6 +131,8 @@ async def _launder(
     queue = f"agent-{uuid.uuid4().hex[:8]}"
     if workflow_type == "GatedSession":
         start = {"workflow_type": "mini_v1", "target": "", "carried": carried}
+    elif workflow_type == "StepGraph":
+        start = _graph_start(carried)
     else:
         start = {
             "issue": {"id": "1", "title": "Fix a typo", "body": "x"},
@@ -226,22 +246,30 @@ async def test_a_laundered_orchestration_state_is_refused(env, session_env, tmp_
     assert "'Launder' on task queue" in str(failure.cause)
 
 
-@pytest.mark.parametrize("workflow_type", ["GatedSession", "Orchestration"])
-async def test_both_workflows_refuse_a_start_with_carried_state(
+async def test_a_laundered_graph_run_state_is_refused(env, session_env):
+    _, settings = session_env
+    wid = f"graph-{uuid.uuid4().hex[:8]}"
+    failure = await _launder(env, settings, wid, "StepGraph", dict(FORGED_GRAPH))
+    assert "carried state" in str(failure.cause)
+    assert "'Launder' on task queue" in str(failure.cause)
+
+
+@pytest.mark.parametrize("workflow_type", ["GatedSession", "Orchestration", "StepGraph"])
+async def test_every_workflow_refuses_a_start_with_carried_state(
     env, session_env, tmp_path, workflow_type
 ):
-    # The same forged inputs, the same refusal: one check (workflows._kit) for both.
+    # The same forged inputs, the same refusal: one check (workflows._kit) for all.
     _, settings = session_env
-    carried: dict[str, Any] = (
-        FORGED_SESSION
-        if workflow_type == "GatedSession"
-        else {"first_run_id": "", "replanned_count": 0, "replan_reason": "forged"}
-    )
-    start = (
-        {"workflow_type": "mini_v1", "target": "", "carried": carried}
-        if workflow_type == "GatedSession"
-        else {"issue": {"id": "1", "title": "t", "body": ""}, "carried": carried}
-    )
+    carried: dict[str, Any] = {
+        "GatedSession": FORGED_SESSION,
+        "Orchestration": {"first_run_id": "", "replanned_count": 0, "replan_reason": "forged"},
+        "StepGraph": FORGED_GRAPH,
+    }[workflow_type]
+    start = {
+        "GatedSession": {"workflow_type": "mini_v1", "target": "", "carried": carried},
+        "Orchestration": {"issue": {"id": "1", "title": "t", "body": ""}, "carried": carried},
+        "StepGraph": _graph_start(carried),
+    }[workflow_type]
     handle = await env.client.start_workflow(
         workflow_type, start, id=f"forged-{uuid.uuid4().hex[:8]}", task_queue=settings.task_queue
     )

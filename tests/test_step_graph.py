@@ -180,3 +180,25 @@ async def _wait_for_step(graphs: GraphClient, rid: str, step_id: str, visit: int
             return step
         await asyncio.sleep(0.05)
     raise AssertionError(f"never reached {step_id} visit {visit}")
+
+
+async def test_a_long_loop_continues_as_new_keeping_its_state(graphs: GraphClient) -> None:
+    spec = {**HANDLED, "continue_as_new_after": 3}
+    spec["steps"] = [dict(s) for s in HANDLED["steps"]]
+    spec["steps"][1]["max_iterations"] = 20
+    rid = await graphs.start(Graph.model_validate(spec), params={"target": 8})
+    summary = await graphs.result(rid)
+    assert summary.status == "completed" and summary.state == {"n": 8}
+    assert [p.outcome for p in summary.path] == ["quick", *["iterate"] * 7, "ok"]
+    view = await graphs.status(rid)
+    assert view.runs == 3 and view.path_total == 9  # 9 steps, 3 per run; the last one ends
+    # The chain is the server's: each run after the first started as its predecessor's
+    # continue-as-new (what the kit proved before believing the carried state).
+    chain = []
+    run_id: str | None = (await graphs.temporal.get_workflow_handle(rid).describe()).run_id
+    while run_id:
+        chain.append(run_id)
+        history = await graphs.temporal.get_workflow_handle(rid, run_id=run_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        run_id = started.continued_execution_run_id or None
+    assert len(chain) == 3

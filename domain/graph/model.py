@@ -217,6 +217,9 @@ class Graph(BaseModel):
     state: dict[str, Arg] = Field(
         default_factory=dict, max_length=MAX_ARGS, description="step state the steps change"
     )
+    continue_as_new_after: int = Field(
+        200, ge=2, le=10_000, description="steps one run takes before it continues as new"
+    )
     source: str = Field("", max_length=4096, description="the file it was read from")
 
     def step(self, step_id: str) -> StepDef | None:

@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 DEFAULT_VISIT_CAP = 100  # a step without max_visits is entered at most this often
-STEPS_BEFORE_CONTINUE = 200  # steps one run takes before it continues as new
+STEPS_BEFORE_CONTINUE = 200  # Graph.continue_as_new_after's default
 MAX_PATH = 500  # path entries kept (the total is counted; history holds them all)
 MAX_REPORTS = 200  # answers remembered for repeated report ids
 MAX_NONCES = 2000
@@ -216,7 +216,7 @@ class GraphState(BaseModel):
             return Finish(self.status)
         if self.status == "awaiting_input":
             return WaitAnswer(step.id, self.question_round)
-        if self.steps_this_run >= STEPS_BEFORE_CONTINUE:
+        if self.steps_this_run >= self.graph.continue_as_new_after:
             return ContinueAsNew()
         if self.rendered is None:
             return RenderStep(step, self.visit())
