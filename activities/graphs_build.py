@@ -33,7 +33,7 @@ from phasegate.domain.graph.validate import GraphProblem, ProblemCode
 
 __all__ = ["Built", "Lines", "build_graph", "compose_yaml"]
 
-_GRAPH_KEYS = ("name", "description", "entry", "steps", "params", "state")
+_GRAPH_KEYS = tuple(k for k in Graph.model_fields if k != "source")
 _FIELD_CODE: dict[str, ProblemCode] = {
     "handler": "bad_handler",
     "gate": "bad_gate",
@@ -229,13 +229,16 @@ def build_graph(data: Any, lines: Lines, built: Built, *, gate_dir: Path | None 
         return
     top = _valid_top(top, lines, built)
     top.setdefault("entry", "")
-    try:
-        built.graph = Graph.model_validate({**top, "steps": steps, "source": str(built.path)})
-    except ValidationError as exc:  # what no single part shows: too many params, say
-        for err in exc.errors():
-            message, hint = _friendly(err, Graph)
-            loc = [str(p) for p in err["loc"]]
-            built.add("bad_field", f"{'.'.join(loc)}: {message}", lines.at(*loc), hint=hint)
+    for _attempt in range(2):  # a key that fails is reported and left out, once
+        try:
+            built.graph = Graph.model_validate({**top, "steps": steps, "source": str(built.path)})
+            return
+        except ValidationError as exc:  # other keys, or what no single part shows
+            for err in exc.errors():
+                message, hint = _friendly(err, Graph)
+                loc = [str(p) for p in err["loc"]]
+                built.add("bad_field", f"{'.'.join(loc)}: {message}", lines.at(*loc), hint=hint)
+                top.pop(loc[0] if loc else "", None)
 
 
 def _step_items(raw: Any, lines: Lines, built: Built) -> list[tuple[Any, Lines, str | None]] | None:
