@@ -202,3 +202,24 @@ async def test_a_long_loop_continues_as_new_keeping_its_state(graphs: GraphClien
         started = history.events[0].workflow_execution_started_event_attributes
         run_id = started.continued_execution_run_id or None
     assert len(chain) == 3
+
+
+GRAPH_HISTORIES = Path(__file__).parent / "histories" / "graph_runs"
+
+
+@pytest.mark.parametrize("path", sorted(GRAPH_HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+async def test_recorded_graph_histories_replay(path: Path) -> None:
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    from phasegate.temporal import DATA_CONVERTER
+    from phasegate.workflows import GatedSession, StepGraph
+
+    workflow_id = path.stem.split("--")[1]  # <scenario>--<workflow id>[--runN].json
+    history = WorkflowHistory.from_json(workflow_id, path.read_text())
+    replayer = Replayer(workflows=[StepGraph, GatedSession], data_converter=DATA_CONVERTER)
+    await replayer.replay_workflow(history)
+
+
+def test_graph_histories_are_recorded() -> None:
+    assert len(list(GRAPH_HISTORIES.glob("*.json"))) >= 3, "run tests/histories/record_graph.py"
