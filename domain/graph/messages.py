@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from phasegate.domain.gates import Problem
-from phasegate.domain.graph.model import Graph, OutcomeName, StepId
+from phasegate.domain.graph.model import Finding, Graph, OutcomeName, StepId
 from phasegate.domain.limits import MAX_ID_CHARS, MAX_NAME_CHARS, MAX_TEXT_CHARS
 from phasegate.domain.signing import ApproverKey
 
@@ -105,6 +105,9 @@ class StepReport(BaseModel):
     state: dict[str, Any] = Field(default_factory=dict, description="step state changes")
     evidence: dict[str, Any] | None = None
     questions: list[Question] = Field(default_factory=list, max_length=MAX_QUESTIONS)
+    findings: list[Finding] = Field(
+        default_factory=list, max_length=100, description="a review step's findings"
+    )
     report_id: _Id | None = None
     summary: _Text = ""
 
@@ -192,6 +195,9 @@ class StepView(BaseModel):
     questions: list[Question] = Field(default_factory=list)
     answers: dict[str, str] = Field(default_factory=dict)
     may_ask: bool = False
+    findings: list[Finding] = Field(
+        default_factory=list, description="the last review's blocking findings, to fix"
+    )
     rendered: bool = Field(True, description="False while the visit's actions render")
     status: GraphStatus
 

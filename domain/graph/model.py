@@ -29,6 +29,7 @@ __all__ = [
     "NEEDS_INPUT",
     "STANDARD_OUTCOMES",
     "Arg",
+    "Finding",
     "Graph",
     "Handler",
     "OutcomeName",
@@ -126,9 +127,18 @@ class Handler(BaseModel):
         return None
 
 
+class Finding(BaseModel):
+    """One finding of a quality review."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    severity: Literal["must", "should", "could"]
+    text: str = Field(min_length=1, max_length=2000)
+
+
 class ReviewSchedule(BaseModel):
-    """Which findings of a quality review block, by iteration: at first every finding
-    blocks; later only MUST and SHOULD; from ``must_only_from`` only MUST."""
+    """Which findings of a quality review block, by iteration of the dispatch loop: at
+    first every finding; then MUST and SHOULD; later only MUST (so a loop converges)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -142,6 +152,12 @@ class ReviewSchedule(BaseModel):
         if iteration <= self.must_should_until:
             return ("must", "should")
         return ("must",)
+
+    def outcome(self, iteration: int, findings: list[Finding]) -> tuple[str, list[Finding]]:
+        """``iterate`` with the blocking findings while any block at ``iteration``, else
+        ``ok`` (the rest are advice)."""
+        blocking = [f for f in findings if f.severity in self.blocking(iteration)]
+        return ("iterate" if blocking else "ok"), blocking
 
 
 class StepDef(BaseModel):

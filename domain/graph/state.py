@@ -47,7 +47,7 @@ from phasegate.domain.graph.messages import (
     StepReport,
     StepView,
 )
-from phasegate.domain.graph.model import NEEDS_INPUT, Graph, StepDef
+from phasegate.domain.graph.model import NEEDS_INPUT, Finding, Graph, StepDef
 
 __all__ = [
     "DEFAULT_VISIT_CAP",
@@ -121,6 +121,7 @@ class HandlerOutcome(BaseModel):
     outcome: str = Field(max_length=40)
     state: dict[str, Any] = Field(default_factory=dict)
     questions: list[Question] = Field(default_factory=list, max_length=3)
+    findings: list[Finding] = Field(default_factory=list, max_length=100)
     summary: str = Field("", max_length=2000)
 
 
@@ -144,6 +145,9 @@ class GraphState(BaseModel):
     questions: list[Question] = Field(default_factory=list)
     question_round: int = Field(0, ge=0)
     answers: dict[str, str] = Field(default_factory=dict)
+    findings: list[Finding] = Field(
+        default_factory=list, description="the last review's blocking findings"
+    )
     reports: dict[str, ReportResult] = Field(default_factory=dict)
     used_nonces: list[str] = Field(default_factory=list)
     outcome: str | None = None
@@ -291,9 +295,8 @@ class GraphState(BaseModel):
                 self._remember(result)
                 self.updated_at = now
                 return result
-        self._end_step(
-            step, report.outcome, report.state, report.questions, actor, report.summary, now
-        )
+        outcome = self._reviewed(step, report.outcome, report.findings)
+        self._end_step(step, outcome, report.state, report.questions, actor, report.summary, now)
         result = result.model_copy(update={"next_step": self.current, "status": self.status})
         self._remember(result)
         return result
@@ -310,7 +313,8 @@ class GraphState(BaseModel):
         if problem is not None:
             self._fail(f"step {step.id!r}: its {step.handler.kind} handler {problem.message}", now)
             return
-        self._end_step(step, done.outcome, done.state, done.questions, WORKER, done.summary, now)
+        outcome = self._reviewed(step, done.outcome, done.findings)
+        self._end_step(step, outcome, done.state, done.questions, WORKER, done.summary, now)
 
     def apply_handler_failure(self, step_id: str, visit: int, reason: str, now: datetime) -> None:
         """The handler could not run to an outcome: the step ends ``fail`` (its edge, or
@@ -397,6 +401,14 @@ class GraphState(BaseModel):
         return state
 
     # ---- internals ---------------------------------------------------------
+
+    def _reviewed(self, step: StepDef, outcome: str, findings: list[Finding]) -> str:
+        """A review step's outcome is its schedule's call on the findings: ``iterate``
+        while a finding blocks at this iteration (they go back with the loop), else ``ok``."""
+        if step.review is None or outcome not in ("ok", "iterate"):
+            return outcome
+        decided, self.findings = step.review.outcome(self.visit(), findings)
+        return decided
 
     def _outcome_problem(
         self, step: StepDef, outcome: str, values: dict[str, Any], questions: list[Question]

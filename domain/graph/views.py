@@ -37,6 +37,7 @@ def step_view(state: GraphState) -> StepView | None:
         questions=list(state.questions),
         answers=dict(state.answers),
         may_ask=step.ask,
+        findings=list(state.findings),
         rendered=state.rendered is not None,
         status=state.status,
     )

@@ -347,3 +347,33 @@ def test_the_run_never_shows_a_step_it_is_not_on() -> None:
     view = state.step_view()
     assert view is not None and view.step_id == "draft" and view.outcomes == ["quick", "full"]
     assert "research" not in view.model_dump_json()  # no edge targets, no other steps
+
+
+def test_a_review_loop_blocks_on_fewer_findings_as_it_iterates() -> None:
+    spec = {
+        "name": "dispatch",
+        "entry": "build",
+        "steps": [
+            {"id": "build", "title": "Build", "next": {"ok": "review"}, "max_visits": 10},
+            {
+                "id": "review",
+                "title": "Review",
+                "review": {},
+                "next": {"ok": None, "iterate": "build"},
+                "max_iterations": 10,
+            },
+        ],
+    }
+    could = [{"severity": "could", "text": "rename x"}]
+    should = [{"severity": "should", "text": "add a test"}]
+    state = new_state(spec)
+    outcomes = []
+    for findings in (could, could, should, should, should):  # visits 1..5 of the review
+        report(state, "ok")  # build
+        report(state, "ok", findings=findings)
+        outcomes.append(state.path[-1].outcome)
+        if state.finished:
+            break
+    # 1-2: every finding blocks; 3-4: MUST and SHOULD; 5+: only MUST.
+    assert outcomes == ["iterate", "iterate", "iterate", "iterate", "ok"]
+    assert state.status == "completed"
