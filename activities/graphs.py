@@ -370,7 +370,51 @@ def check_path(target: Path, library_paths: list[str]) -> list[Built]:
         )
     own = [str(folder.parent)] if folder.name == "graphs" else []
     resolver = LibraryResolver([*own, *library_paths], graphs_dir=folder)
-    return [check_file(path, resolver) for path in files]
+    results = [check_file(path, resolver) for path in files]
+    _child_cycles(results)
+    return results
+
+
+def _child_cycles(results: list[Built]) -> None:
+    """A graph that runs itself through other graphs (a → b → a) never ends: report
+    each step whose child graph leads back to its own graph (``bad_handler``)."""
+    children: dict[str, set[str]] = {}
+    for built in results:
+        if built.graph is not None:
+            kids = {s.handler.target for s in built.graph.steps if s.handler.kind == "graph"}
+            children[built.graph.name] = kids - {built.graph.name}  # itself: validate says so
+
+    def leads_back(start: str, home: str) -> list[str] | None:
+        path, todo, seen = {start: [start]}, [start], {start}
+        while todo:
+            node = todo.pop()
+            for nxt in sorted(children.get(node, ())):
+                if nxt == home:
+                    return path[node]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    path[nxt] = [*path[node], nxt]
+                    todo.append(nxt)
+        return None
+
+    for built in results:
+        graph = built.graph
+        if graph is None:
+            continue
+        for step in graph.steps:
+            if step.handler.kind != "graph" or step.handler.target == graph.name:
+                continue
+            chain = leads_back(step.handler.target, graph.name)
+            if chain:
+                loop = " → ".join([graph.name, *chain, graph.name])
+                built.add(
+                    "bad_handler",
+                    f"step {step.id!r} runs graph {step.handler.target!r}, which runs this "
+                    f"graph again ({loop}): the runs would never end",
+                    step.line,
+                    step=step.id,
+                    hint="break the cycle: let one of the graphs end instead of running the other",
+                )
 
 
 def load_graph(name: str, library_paths: list[str]) -> Graph:

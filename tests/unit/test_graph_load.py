@@ -211,3 +211,20 @@ def test_an_agents_output_fields_and_their_values() -> None:
     assert fields["severity"] == ["none", "minor", "major", "critical"]
     assert fields["comments"] is None
     assert fields["replan_request"] is None
+
+
+def test_graphs_that_run_each_other_are_a_cycle(tmp_path: Path) -> None:
+    for name, child in (("a", "b"), ("b", "c"), ("c", "a")):
+        write(
+            tmp_path,
+            f"{name}.yaml",
+            f"name: {name}\nentry: s\nsteps:\n  - id: s\n    title: S\n    handler: {{graph: {child}}}\n",
+        )
+    results = check_path(tmp_path / "lib", [])
+    messages = [p.message for b in results for p in b.problems]
+    assert messages == [
+        "step 's' runs graph 'b', which runs this graph again (a → b → c → a): the runs would never end",
+        "step 's' runs graph 'c', which runs this graph again (b → c → a → b): the runs would never end",
+        "step 's' runs graph 'a', which runs this graph again (c → a → b → c): the runs would never end",
+    ]
+    assert [p.code for b in results for p in b.problems] == ["bad_handler"] * 3
