@@ -51,6 +51,7 @@ __all__ = [
     "list_graphs",
     "load_graph",
     "read_graph",
+    "read_text_bounded",
 ]
 
 GRAPH_FILE_LIMIT = safe_read.MiB
@@ -195,6 +196,15 @@ def _graph_value(tree: ast.Module) -> ast.expr | None:
 
 
 # ---------------------------------------------------------------- reading
+
+
+def read_text_bounded(path: Path) -> str:
+    """A graph (or ASL) file's text, refused over :data:`GRAPH_FILE_LIMIT`.
+
+    Raises:
+        DefinitionError: Absent, not a regular UTF-8 file, or too large.
+    """
+    return _read(path)
 
 
 def _read(path: Path) -> str:

@@ -153,3 +153,16 @@ def test_help_documents_the_exit_codes() -> None:
     run = phasegate("graph", "check", "--help")
     assert run.returncode == 0
     assert "exit codes: 0 every graph is clean; 1 a graph has a problem" in run.stdout
+
+
+def test_import_asl_prints_a_graph_file_that_checks_clean(tmp_path: Path) -> None:
+    run = phasegate("graph", "import-asl", str(FIXTURES / "asl" / "review-loop.asl.json"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("# converted from review-loop.asl.json")
+    assert run.stderr == ""
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "review-loop.yaml").write_text(run.stdout)
+    check = phasegate("graph", "check", str(tmp_path))
+    assert check.returncode == 0, check.stdout
+    bad = phasegate("graph", "import-asl", str(BROKEN / "args.yaml"))
+    assert (bad.returncode, bad.stderr.split(":")[0]) == (1, "error")

@@ -1,4 +1,5 @@
-"""``phasegate graph list | check``: step graphs on this machine (no server needed).
+"""``phasegate graph list | check | import-asl``: step graphs on this machine (no
+server needed).
 
 ``graph list`` reads the graphs on the library path without running any of their
 code; ``graph check`` reads and validates every graph of a file, a ``graphs/``
@@ -11,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phasegate.client.cli._common import EXIT_ERROR, EXIT_OK, JSON, Parser, echo
+from phasegate.client.cli._common import EXIT_ERROR, EXIT_OK, JSON, Parser, echo, echo_err
 from phasegate.client.cli._render import one_line, table, to_json
 
 if TYPE_CHECKING:
@@ -60,6 +61,16 @@ def register(sub: Any) -> None:
         help="a graph file, a graphs/ folder, or a library holding graphs/",
     )
     s.set_defaults(func=graph_check)
+    s = graph_sub.add_parser(
+        "import-asl",
+        help="print an AWS States Language state machine as a graph file (YAML)",
+        description="Convert an Amazon States Language definition (JSON) into a phasegate "
+        "graph, printed as YAML: save it as graphs/NAME.yaml. What is not converted "
+        "(Parallel and Map branches) and the graph's problems are listed on stderr.",
+    )
+    s.add_argument("file", metavar="FILE", help="the state machine definition (JSON)")
+    s.add_argument("--name", help="the graph's name (default: from the file name)")
+    s.set_defaults(func=graph_import_asl)
 
 
 def graph_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -134,3 +145,30 @@ def graph_check(args: argparse.Namespace, settings: Settings) -> int:
             f"{len(problems)} problem(s)"
         )
     return EXIT_ERROR if problems else EXIT_OK
+
+
+def graph_import_asl(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from phasegate.activities.graphs import read_text_bounded
+    from phasegate.activities.graphs_asl import asl_to_graph, step_id, to_yaml
+    from phasegate.domain.errors import DefinitionError
+    from phasegate.domain.graph.model import Graph
+    from phasegate.domain.graph.validate import validate
+
+    path = Path(args.file).expanduser()
+    try:
+        asl = json.loads(read_text_bounded(path))
+    except json.JSONDecodeError as exc:
+        raise DefinitionError(
+            f"not JSON: {exc.msg}", where=f"{path}:{exc.lineno}", hint="give the ASL JSON file"
+        ) from None
+    name = args.name or step_id(path.name.split(".")[0], set()).replace("_", "-")
+    data, notes = asl_to_graph(asl, name)
+    echo(f"# converted from {path.name} by phasegate graph import-asl")
+    echo(to_yaml(data).rstrip())
+    for note in notes:
+        echo_err(f"note: {note}")
+    for problem in validate(Graph.model_validate(data)):
+        echo_err(f"note: {problem.code}: {problem.message} ({problem.hint})")
+    return EXIT_OK
