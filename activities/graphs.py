@@ -50,6 +50,7 @@ __all__ = [
     "graph_files",
     "list_graphs",
     "load_graph",
+    "load_graph_file",
     "read_graph",
     "read_text_bounded",
 ]
@@ -434,12 +435,25 @@ def load_graph(name: str, library_paths: list[str]) -> Graph:
         DefinitionError: It is not found, or it has problems (all of them listed, one
             per line, in the message).
     """
-    path = find_graph(name, library_paths)
-    built = check_file(path, LibraryResolver(library_paths, graphs_dir=path.parent))
+    return load_graph_file(find_graph(name, library_paths), library_paths)
+
+
+def load_graph_file(path: Path | str, library_paths: list[str] | None = None) -> Graph:
+    """The graph in the file at ``path``, validated (handlers resolved against its own
+    library, then ``library_paths``).
+
+    Raises:
+        DefinitionError: Every problem of the file, one per line, in the message.
+    """
+    path = Path(path)
+    own = [str(path.parent.parent)] if path.parent.name == "graphs" else []
+    resolver = LibraryResolver([*own, *(library_paths or [])], graphs_dir=path.parent)
+    built = check_file(path, resolver)
     if built.problems or built.graph is None:
         listed = "\n".join(f"  {p}" for p in built.problems)
         raise DefinitionError(
-            f"graph {name!r} has {len(built.problems)} problem(s):\n{listed}",
+            f"graph {built.graph.name if built.graph else path.stem!r} has "
+            f"{len(built.problems)} problem(s):\n{listed}",
             where=str(path),
             hint=f"fix them; `phasegate graph check {path}` lists them",
         )

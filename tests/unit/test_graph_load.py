@@ -15,6 +15,7 @@ from phasegate.activities.graphs import (
     find_graph,
     list_graphs,
     load_graph,
+    load_graph_file,
     read_graph,
 )
 from phasegate.activities.graphs_resolver import output_fields
@@ -228,3 +229,11 @@ def test_graphs_that_run_each_other_are_a_cycle(tmp_path: Path) -> None:
         "step 's' runs graph 'a', which runs this graph again (c → a → b → c): the runs would never end",
     ]
     assert [p.code for b in results for p in b.problems] == ["bad_handler"] * 3
+
+
+def test_load_graph_file_by_path() -> None:
+    assert load_graph_file(GOOD / "graphs" / "bmad-dev-story.yaml").entry == "find_story"
+    with pytest.raises(DefinitionError) as err:
+        load_graph_file(FIXTURES / "broken" / "graphs" / "no-end.yaml")
+    assert "graph 'no-end' has 1 problem(s):\n" in err.value.message
+    assert "no_terminal: no step ends the run" in err.value.message
