@@ -14,6 +14,11 @@ user or in another container. It connects to ``TEMPORAL_ADDRESS`` (default
 localhost:7233) with the standard Temporal client settings, serves Prometheus metrics
 with ``--metrics-port`` (see :mod:`phasegate.activities.metrics`), and stops cleanly on
 SIGINT/SIGTERM.
+
+With both in one process, a gate whose checks only read the workspace (no command:
+``domain.verify.READ_KINDS``) runs them as a local activity of the main worker
+(``run_checks_here``), without the verify queue's round trip; a main worker alone
+(``--no-verify``, the sealed deployment) leaves every check to the verify queue.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from phasegate.activities._verify_local import LocalChecks
 from phasegate.activities.agent_prompts import AgentPrompts
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.developer import DeveloperActivities
@@ -181,8 +187,12 @@ def build_worker(
     """
     workers: list[Worker] = []
     owned: list[concurrent.futures.Executor] = []
+    checks = MeteredVerify(VerifyActivities(allowed_commands=settings.command_allowlist()))
     if main:
-        workers.append(_main_worker(client, settings, executor))
+        # With the verify worker in this process, the session worker sees the workspace
+        # as it does: checks that only read run here, as a local activity (_verify_local).
+        here = LocalChecks(checks.run_verify_checks if verify else None)
+        workers.append(_main_worker(client, settings, executor, here))
     if verify:
         threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=settings.verify_concurrency, thread_name_prefix="phasegate-verify"
@@ -192,11 +202,7 @@ def build_worker(
             Worker(
                 client,
                 task_queue=verify_task_queue(settings.task_queue),
-                activities=[
-                    MeteredVerify(
-                        VerifyActivities(allowed_commands=settings.command_allowlist())
-                    ).run_verify_checks
-                ],
+                activities=[checks.run_verify_checks],
                 activity_executor=threads,
                 # One slot per thread: a check the worker accepts starts (and heartbeats)
                 # at once; the rest wait on the server, where only schedule-to-start runs.
@@ -214,7 +220,10 @@ def caller_check(client: Client, settings: Settings) -> CallerCheck:
 
 
 def _main_worker(
-    client: Client, settings: Settings, executor: concurrent.futures.Executor
+    client: Client,
+    settings: Settings,
+    executor: concurrent.futures.Executor,
+    here: LocalChecks,
 ) -> Worker:
     rag = RagActivities(settings.rag_db, settings.library_paths, settings.standards_dirs)
     definitions = DefinitionActivities(
@@ -272,6 +281,7 @@ def _main_worker(
                 settings, temporal_address=client.service_client.config.target_host
             ).activities,
             ProvenanceActivities(client, settings.task_queue).check_carry,
+            here.run_checks_here,
             *_graph_activities(settings),
         ],
         activity_executor=executor,

@@ -56,8 +56,9 @@ class CheckFailed(Exception):
 
 
 def heartbeat(*details: Any) -> None:
-    """Heartbeat when running inside an activity (the runners also work outside one)."""
-    if activity.in_activity():
+    """Heartbeat when running inside a (non-local) activity: the runners also work outside
+    one, and a local activity has no heartbeat (its workflow task keeps it alive)."""
+    if activity.in_activity() and not activity.info().is_local:
         activity.heartbeat(*details)
 
 

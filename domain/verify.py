@@ -56,6 +56,7 @@ from phasegate.domain.verify_template import TEMPLATE_HINT, render, template_ref
 __all__ = [
     "CHECK_MODELS",
     "PATH_FIELDS",
+    "READ_KINDS",
     "TEMPLATED_FIELDS",
     "CommandCheck",
     "FileContainsCheck",
@@ -74,6 +75,7 @@ __all__ = [
     "budget_seconds",
     "excerpt",
     "parse_checks",
+    "reads_only",
     "render",
     "template_refs",
 ]
@@ -237,6 +239,20 @@ def _default_names(value: Any) -> Any:
 
 #: A gate's checks, as carried in gates, workflow state and the activity's input.
 VerifyChecks = Annotated[list[VerifyCheck], BeforeValidator(_default_names)]
+
+
+#: Kinds that run no command of the workspace: they read files (git_changed, and
+#: files_exist for a missing path, ask git). Where the session worker sees the
+#: workspace these run there, without a trip to the verify task queue.
+READ_KINDS = frozenset(
+    {"file_exists", "files_exist", "glob_count", "json_value", "file_contains", "git_changed"}
+)
+
+
+def reads_only(checks: Iterable[_Check]) -> bool:
+    """True when there are checks and every one is of a :data:`READ_KINDS` kind."""
+    kinds = [getattr(check, "kind", None) for check in checks]
+    return bool(kinds) and all(kind in READ_KINDS for kind in kinds)
 
 
 def budget_seconds(checks: Iterable[_Check]) -> float:

@@ -140,3 +140,73 @@ def test_a_worker_needs_something_to_run(env, settings_for, executor):
     workers = build_worker(env.client, settings_for(), executor=executor, main=False)
     assert isinstance(workers, PhasegateWorkers) and len(workers.task_queues) == 1
     assert workers.task_queues[0].endswith("-verify")
+
+
+FILE = {"name": "notes", "kind": "file_exists", "path": "NOTES.md"}
+LISTED = {"name": "listed", "kind": "glob_count", "pattern": "*.py", "min": 1}
+
+
+def _verify_commands(history) -> tuple[list[str], list[str]]:
+    """(task queues of scheduled run_verify_checks activities, local activity types run)."""
+    queues = [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "run_verify_checks"
+    ]
+    local = [
+        e.marker_recorded_event_attributes.details["data"].payloads[0].data.decode()
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    return queues, local
+
+
+async def test_reading_checks_run_on_the_session_worker(env, settings_for, run_worker, tmp_path):
+    """With the verify worker in the same process, checks that only read the workspace run
+    as a local activity of the session's worker: no run_verify_checks on the verify queue;
+    a command in the same gate sends the whole gate there."""
+    lib = write_library(tmp_path / "lib", "reads_v1", 3, {0: [FILE, LISTED], 1: [FILE, QUICK]})
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with run_worker(settings_for(lib)) as workers:
+        pg = PhasegateClient(env.client, workers.task_queues[0])
+        sid = await pg.start("reads_v1", str(ws))
+        missing = await pg.submit(sid, 0, {"done": True})
+        assert not missing.passed
+        assert [(r.name, r.passed) for r in missing.verify] == [("notes", False), ("listed", False)]
+        (ws / "NOTES.md").write_text("notes\n")
+        (ws / "a.py").write_text("")
+        passed = await pg.submit(sid, 0, {"done": True})
+        assert passed.passed and [r.passed for r in passed.verify] == [True, True]
+        queues, local = _verify_commands(await pg.handle(sid).fetch_history())
+        assert queues == [] and len(local) == 2 and all("run_checks_here" in d for d in local)
+        mixed = await pg.submit(sid, 1, {"done": True})  # a command: the verify queue
+        assert mixed.passed and [r.name for r in mixed.verify] == ["notes", "quick"]
+        queues, local = _verify_commands(await pg.handle(sid).fetch_history())
+        assert queues == [verify_task_queue(workers.task_queues[0])] and len(local) == 2
+
+
+async def test_a_session_worker_without_checks_sends_reading_checks_to_the_verify_queue(
+    env, settings_for, executor, tmp_path
+):
+    """``--no-verify`` (the sealed deployment's session worker, which must not read the
+    agent's workspace): the local activity answers that it runs no checks, the checks go
+    to the verify queue, and later checkpoints of the run go there directly."""
+    lib = write_library(tmp_path / "lib", "reads_v1", 3, {0: [FILE], 1: [FILE]})
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "NOTES.md").write_text("notes\n")
+    settings = settings_for(lib)
+    main = build_worker(env.client, settings, executor=executor, verify=False)
+    checks = build_worker(env.client, settings, executor=executor, main=False)
+    async with main, checks:
+        pg = PhasegateClient(env.client, settings.task_queue)
+        sid = await pg.start("reads_v1", str(ws))
+        for phase in (0, 1):
+            result = await pg.submit(sid, phase, {"done": True})
+            assert result.passed and result.verify[0].passed, result.problems
+        queues, local = _verify_commands(await pg.handle(sid).fetch_history())
+    assert queues == [verify_task_queue(settings.task_queue)] * 2
+    assert len(local) == 1  # asked once this run; the answer (None) is remembered

@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from phasegate.activities._verify_local import LocalChecks
     from phasegate.activities.definitions import DefinitionActivities
     from phasegate.activities.notify import notify_webhook
     from phasegate.activities.verify import VerifyActivities
@@ -66,6 +67,9 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 
 _SIGNAL_RETIRED = "checkpoint-signal-retired"
+# Reading checks as a local activity of the session's worker (activities/_verify_local).
+_CHECKS_HERE = "verify-reads-on-session-worker"
+_VERIFY_RETRY = RetryPolicy(maximum_attempts=2, non_retryable_error_types=[VerifyInvalid.code])
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
 
@@ -93,6 +97,8 @@ class GatedSession:
         self._publisher = Publisher()
         self._deadline_key: tuple[int, datetime] | None = None
         self._verifying = False
+        # Until this run's worker answers that it runs no reading checks itself.
+        self._checks_here = True
 
     # ---- run -----------------------------------------------------------
 
@@ -250,22 +256,38 @@ class GatedSession:
             return result
 
     async def _verify(self, sub: CheckpointSubmission) -> list[VerifyResult]:
-        """Run the gate's workspace checks; a check that cannot run is a failed check."""
+        """Run the gate's workspace checks; a check that cannot run is a failed check.
+
+        Checks that only read the workspace run as a local activity of this worker when
+        it runs them (``LocalChecks``: it sees the workspace as the verify worker does);
+        commands, and every check where it does not, go to the verify task queue.
+        """
         state = self._state
         assert state is not None
+        request = state.verify_request(sub, workflow.info().workflow_id)
+        summary = f"verify phase {state.current.index}"
         self._verifying = True
         try:
-            report: VerifyReport = await workflow.execute_activity_method(
-                VerifyActivities.run_verify_checks,
-                state.verify_request(sub, workflow.info().workflow_id),
-                task_queue=verify_task_queue(workflow.info().task_queue),
-                start_to_close_timeout=state.verify_timeout(),
-                heartbeat_timeout=timedelta(seconds=10),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=2, non_retryable_error_types=[VerifyInvalid.code]
-                ),
-                summary=f"verify phase {state.current.index}",
-            )
+            report: VerifyReport | None = None
+            if self._checks_here and state.verify_reads_only() and workflow.patched(_CHECKS_HERE):
+                report = await workflow.execute_local_activity_method(
+                    LocalChecks.run_checks_here,
+                    request,
+                    start_to_close_timeout=state.verify_timeout(),
+                    retry_policy=_VERIFY_RETRY,
+                    summary=summary,
+                )
+                self._checks_here = report is not None
+            if report is None:
+                report = await workflow.execute_activity_method(
+                    VerifyActivities.run_verify_checks,
+                    request,
+                    task_queue=verify_task_queue(workflow.info().task_queue),
+                    start_to_close_timeout=state.verify_timeout(),
+                    heartbeat_timeout=timedelta(seconds=10),
+                    retry_policy=_VERIFY_RETRY,
+                    summary=summary,
+                )
         except ActivityError as exc:
             cause = (
                 exc.cause.message

@@ -68,7 +68,7 @@ from phasegate.domain.session.messages import (
     SessionView,
     TaskView,
 )
-from phasegate.domain.verify import VerifyRequest, VerifyResult, budget_seconds
+from phasegate.domain.verify import VerifyRequest, VerifyResult, budget_seconds, reads_only
 
 __all__ = [
     "DEADLINE_ACTOR",
@@ -248,6 +248,11 @@ class SessionState(BaseModel):
             session_id=session_id,
             target=self.target,
         )
+
+    def verify_reads_only(self) -> bool:
+        """The current gate's checks only read the workspace (no command): they may run on
+        the session's own worker where it sees the workspace (``domain.verify.reads_only``)."""
+        return reads_only(self.current.gate.verify)
 
     def verify_timeout(self) -> timedelta:
         """The verify activity's start-to-close budget: every command check's own

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -35,9 +36,10 @@ from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import temporal_binary
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.session.messages import ControlRequest, SessionOptions
+from phasegate.domain.session.messages import ControlRequest, PhaseView, SessionOptions
 from phasegate.domain.settings import Settings
 from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
+from phasegate.testing import ScriptedAgent, known_good, workspace_for
 from phasegate.worker import build_worker
 
 
@@ -176,7 +178,67 @@ async def carry_proof(pg: PhasegateClient, home: str) -> None:
     await _save(pg, sid, "carry_proof_continued", continued)
 
 
-SCENARIOS = {"carry-proof": carry_proof}
+async def _walk_to_phase_1(pg: PhasegateClient, sid: str) -> dict:
+    """Phase 0 of a spec_execution_v1 session passed and approved; phase 1's evidence."""
+    agent = ScriptedAgent(pg, known_good("spec_execution_v1"))
+    view = await pg.phase(sid)
+    assert isinstance(view, PhaseView)
+    assert (await pg.submit(sid, 0, agent.evidence_for(view))).awaiting_approval
+    await pg.decide(sid, approver="lead", decision="approve")
+    view = await pg.phase(sid, 1)
+    assert isinstance(view, PhaseView)
+    return agent.evidence_for(view)
+
+
+async def _reading_checks(pg: PhasegateClient, home: str, name: str) -> None:
+    """A files_exist check (spec_execution_v1's dynamic gate) refusing a missing file,
+    then passing; saved as ``name``."""
+    ws = workspace_for("spec_execution_v1", Path(home) / name)
+    shutil.copytree(REPO / "examples" / "specs" / "todo-api", ws / "spec")
+    sid = await pg.start(
+        "spec_execution_v1",
+        str(ws),
+        session_id=name.replace("_", "-"),
+        options=SessionOptions(spec_path=str(ws / "spec")),
+    )
+    await pg.wait_started(sid)
+    evidence = await _walk_to_phase_1(pg, sid)
+    refused = await pg.submit(sid, 1, {**evidence, "files_changed": ["src/missing.py"]})
+    assert not refused.passed and refused.verify and not refused.verify[0].passed
+    assert (await pg.submit(sid, 1, evidence)).passed
+    await asyncio.sleep(1)  # the prefetch has come back
+    await _save(pg, sid, name)
+
+
+async def verify_here(pg: PhasegateClient, home: str) -> None:
+    """Reading checks as a local activity of the session's worker (verify main and
+    verify workers in one process: verify-reads-on-session-worker)."""
+    await _reading_checks(pg, home, "verify_here")
+
+
+async def verify_elsewhere(pg: PhasegateClient, home: str) -> None:
+    """The same with a session worker that runs no checks itself (``--no-verify``, as in
+    the sealed deployment): it answers None and the checks go to the verify queue."""
+    settings = Settings(
+        task_queue="record-split",
+        home=home,
+        library_paths=[SHIPPED_LIBRARY],
+        allow_unsigned_approvals=True,
+    )
+    split = PhasegateClient(pg.temporal, settings.task_queue)
+    with concurrent.futures.ThreadPoolExecutor() as pool:
+        async with (
+            build_worker(pg.temporal, settings, executor=pool, verify=False),
+            build_worker(pg.temporal, settings, executor=pool, main=False),
+        ):
+            await _reading_checks(split, home, "verify_elsewhere")
+
+
+SCENARIOS = {
+    "carry-proof": carry_proof,
+    "verify-here": verify_here,
+    "verify-elsewhere": verify_elsewhere,
+}
 
 if __name__ == "__main__":
     asyncio.run(main(sys.argv[1:]))

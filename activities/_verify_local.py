@@ -1,0 +1,77 @@
+"""``run_checks_here``: a gate's reading checks, run as a local activity by the session's
+own worker, without the round trip through the verify task queue.
+
+Checks of the :data:`~phasegate.domain.verify.READ_KINDS` kinds run no command of the
+workspace: ``file_exists``, ``files_exist``, ``glob_count``, ``json_value``,
+``file_contains`` and ``git_changed`` are a few ``stat`` calls, reads and git queries.
+Sending them to ``<task_queue>-verify`` as a regular activity costs an advance two
+extra server round trips (schedule, then complete, each a workflow task) for work of
+a millisecond. Where the session worker sees the workspace as the verify worker does,
+the workflow runs them here instead: ``phasegate worker`` running both workers in one
+process (same OS user, same filesystem, same environment), the default deployment.
+
+A worker that does not run the verify worker beside it (``--no-verify``, the sealed
+deployment's session worker, which holds keys and the library and must not read the
+agent's workspace) answers ``None``: the workflow then sends the checks to the verify
+queue as before, and stops asking this run. Commands (``command``, ``session_command``)
+never come here: they keep the verify queue, its concurrency limit and its isolation.
+
+A local activity is scheduled only by the workflow task its own worker runs, so no
+foreign workflow can make a worker run it (TEMPORAL_NOTES.md); its input is the same
+``VerifyRequest`` the verify activity takes, checked the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from temporalio import activity
+
+from phasegate.domain.errors import VerifyInvalid
+from phasegate.domain.verify import VerifyReport, VerifyRequest, reads_only
+from phasegate.temporal import application_error
+
+__all__ = ["LocalChecks"]
+
+
+class LocalChecks:
+    """The session worker's runner of reading checks.
+
+    Args:
+        run: The ``run_verify_checks`` of the verify worker in this process (its limits,
+            its command list, its metrics); ``None`` where this worker does not see the
+            workspace as a verify worker would, so every request is answered ``None``.
+    """
+
+    def __init__(self, run: Callable[[VerifyRequest], VerifyReport] | None) -> None:
+        self._run = run
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this worker runs reading checks itself."""
+        return self._run is not None
+
+    @activity.defn(name="run_checks_here")
+    def run_checks_here(self, req: VerifyRequest) -> VerifyReport | None:
+        """Run ``req``'s checks here, or answer ``None`` (send them to the verify queue).
+
+        Returns:
+            The report, as ``run_verify_checks`` would give it; ``None`` when this worker
+            runs no reading checks.
+
+        Raises:
+            ApplicationError: Non-retryable ``verify_invalid``: a check in ``req`` runs a
+                command (never sent here by phasegate's workflow), or the workspace is
+                not a directory.
+        """
+        if self._run is None:
+            return None
+        if not reads_only(req.checks):
+            raise application_error(
+                VerifyInvalid(
+                    "only checks that read the workspace run on the session worker",
+                    where="checks",
+                    hint="commands run on the verify task queue",
+                )
+            )
+        return self._run(req)
