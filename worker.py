@@ -282,7 +282,7 @@ def _main_worker(
             ).activities,
             ProvenanceActivities(client, settings.task_queue).check_carry,
             here.run_checks_here,
-            *_graph_activities(settings),
+            *_graph_activities(settings, models),
         ],
         activity_executor=executor,
         max_concurrent_activities=threads if isinstance(threads, int) else None,
@@ -293,12 +293,15 @@ def _main_worker(
     )
 
 
-def _graph_activities(settings: Settings) -> list[Any]:
+def _graph_activities(settings: Settings, models: ModelProviders) -> list[Any]:
     """A step graph run's activities: its handlers, as far as this worker allows them."""
     handlers = StepHandlerActivities(
         function_modules=settings.graph_function_modules,
         approver_keys=load_approver_keys(settings.approver_keys_file),
         allow_unsigned_answers=settings.allow_unsigned_approvals,
+        default_models={str(agent): model for agent, model in settings.models.items()},
+        check_model=models.check,
+        library_paths=settings.library_paths,
     )
     return [handlers.prepare, handlers.render_step, handlers.run_function]
 

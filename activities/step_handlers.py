@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import ValidationError
 from temporalio import activity
 
+from phasegate.activities._safe_read import read_text
 from phasegate.domain.errors import GraphInvalid
 from phasegate.domain.graph.activities import (
     FunctionRequest,
@@ -28,12 +30,14 @@ from phasegate.domain.graph.activities import (
 )
 from phasegate.domain.graph.messages import GraphSetup
 from phasegate.domain.graph.model import Handler
-from phasegate.domain.graph.state import HandlerOutcome
+from phasegate.domain.graph.state import GraphState, HandlerOutcome
 from phasegate.domain.signing import ApproverKey
 from phasegate.temporal import application_error
 
 __all__ = ["SHIPPED_HANDLERS", "StepContext", "StepHandlerActivities"]
 
+#: The LLM agents a graph step may dispatch to (``activities.agents.LLM_AGENTS``).
+GRAPH_AGENTS = ("analyst", "architect", "reviewer", "planner")
 #: The package of phasegate's own graph handlers (always allowed).
 SHIPPED_HANDLERS = "phasegate.agents.graph_handlers"
 MAX_RENDERED = 50_000
@@ -49,7 +53,13 @@ class StepHandlerActivities:
         approver_keys: Sequence[ApproverKey] = (),
         allow_unsigned_answers: bool = True,
         session_types: Sequence[str] | None = None,
+        default_models: Mapping[str, str] | None = None,
+        check_model: Callable[[str, str], str | None] | None = None,
+        library_paths: Sequence[str] = (),
     ) -> None:
+        self._models = dict(default_models or {})
+        self._check_model = check_model
+        self._library = [Path(p) for p in library_paths]
         self._modules = (SHIPPED_HANDLERS, *function_modules)
         self._keys = list(approver_keys)
         self._unsigned = allow_unsigned_answers and not self._keys
@@ -69,9 +79,37 @@ class StepHandlerActivities:
         sessions = self._session_types
         if handler.kind == "session" and sessions is not None and handler.target not in sessions:
             return f"step {step_id!r}: no workflow type {handler.target!r} in this worker's library"
-        if handler.kind in ("agent", "graph"):
-            return f"step {step_id!r}: {handler.kind} handlers do not run on this worker yet"
+        if handler.kind == "graph":
+            return f"step {step_id!r}: graph handlers do not run on this worker yet"
+        if handler.kind == "agent":
+            return self._agent_problem(step_id, handler)
         return None
+
+    def _agent_problem(self, step_id: str, handler: Handler) -> str | None:
+        if handler.target not in GRAPH_AGENTS:
+            return (
+                f"step {step_id!r}: no agent {handler.target!r} (agents: {', '.join(GRAPH_AGENTS)})"
+            )
+        model = self._model(handler)
+        if not model:
+            return (
+                f"step {step_id!r}: no model for the {handler.target} agent: name one in the "
+                f"step (`model:`) or set PHASEGATE_MODELS on the worker"
+            )
+        if self._check_model is not None:
+            return self._check_model(handler.target, model)
+        return None
+
+    def _model(self, handler: Handler) -> str:
+        return handler.model or self._models.get(handler.target, "")
+
+    def _prompt(self, agent: str) -> str:
+        """The agent's instructions: the first library's ``agents/<agent>.md``."""
+        for root in self._library:
+            path = root / "agents" / f"{agent}.md"
+            if path.is_file():
+                return read_text(path, limit=MAX_RENDERED, what="agent prompt")
+        return f"You are the {agent}. Do the step you are given; answer in the schema asked."
 
     @activity.defn(name="prepare_graph")
     def prepare(self, req: GraphPrepare) -> GraphSetup:
@@ -80,8 +118,15 @@ class StepHandlerActivities:
         problems = [
             p for s in req.graph.steps if (p := self._handler_problem(s.id, s.handler)) is not None
         ]
+        if digest := GraphState.digest_problem(req.graph, req.sha256):
+            problems.insert(0, digest)
+        agents = [s for s in req.graph.steps if s.handler.kind == "agent"]
         return GraphSetup(
-            approver_keys=self._keys, unsigned_answers=self._unsigned, problems=problems
+            approver_keys=self._keys,
+            unsigned_answers=self._unsigned,
+            models={s.id: self._model(s.handler) for s in agents},
+            agent_prompts={s.handler.target: self._prompt(s.handler.target) for s in agents},
+            problems=problems,
         )
 
     @activity.defn(name="render_step")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +224,19 @@ async def test_recorded_graph_histories_replay(path: Path) -> None:
 
 def test_graph_histories_are_recorded() -> None:
     assert len(list(GRAPH_HISTORIES.glob("*.json"))) >= 3, "run tests/histories/record_graph.py"
+
+
+async def test_a_graph_that_is_not_the_one_its_digest_pins_is_refused(graphs: GraphClient) -> None:
+    from phasegate.domain.graph.messages import StartGraph
+    from phasegate.workflows import StepGraph
+
+    graph = Graph.model_validate(CRITIQUE)
+    tampered = graph.model_copy(update={"entry": "answer"})  # the agent's edit after pinning
+    handle = await graphs.temporal.start_workflow(
+        StepGraph.run,
+        StartGraph(graph=tampered, sha256=graph.sha256()),
+        id=f"graph-tampered-{uuid.uuid4().hex[:6]}",
+        task_queue=graphs.task_queue,
+    )
+    with pytest.raises(GraphInvalid, match="does not match its sha256"):
+        await graphs.result(handle.id)

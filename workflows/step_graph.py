@@ -18,9 +18,10 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
     from phasegate.activities.step_handlers import StepHandlerActivities
     from phasegate.domain.errors import GraphFailed, GraphInvalid, SessionError, SessionNotActive
     from phasegate.domain.graph.activities import (
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         RenderStepRequest,
         StepContext,
     )
+    from phasegate.domain.graph.agents import agent_outcome, agent_prompt
     from phasegate.domain.graph.messages import (
         GraphAnswer,
         GraphSummary,
@@ -59,6 +61,9 @@ _RETRY = RetryPolicy(maximum_attempts=3)
 
 @workflow.defn
 class StepGraph:
+    # The LLM agents a step may dispatch to: the worker registers their model activities.
+    __pydantic_ai_agents__ = tuple(LLM_AGENTS.values())
+
     @workflow.init
     def __init__(self, start: StartGraph) -> None:
         self._carry = CarryGate(start.carried)
@@ -110,7 +115,7 @@ class StepGraph:
             raise application_error(GraphInvalid("; ".join(problems), hint=_CHECK))
         setup = await workflow.execute_activity_method(
             StepHandlerActivities.prepare,
-            GraphPrepare(graph=start.graph),
+            GraphPrepare(graph=start.graph, sha256=start.sha256),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=_RETRY,
         )
@@ -151,9 +156,11 @@ class StepGraph:
                     retry_policy=_RETRY,
                     summary=f"step {step.id}: {step.handler.target}",
                 )
+            elif step.handler.kind == "agent":
+                done = await self._agent(state, action)
             else:  # session (prepare refuses the kinds this worker cannot run)
                 done = await self._child_session(state, action)
-        except (ActivityError, ChildWorkflowError) as exc:
+        except (ActivityError, ChildWorkflowError, ApplicationError) as exc:
             cause = exc.cause or exc
             state.apply_handler_failure(
                 step.id, visit, str(getattr(cause, "message", cause)), now()
@@ -161,6 +168,19 @@ class StepGraph:
         else:
             state.apply_handler(step.id, visit, done, now())
         self._changed()
+
+    async def _agent(self, state: GraphState, action: RunHandler) -> HandlerOutcome:
+        """An LLM agent works the step (each model request an activity); its typed
+        output's ``outcome_field`` is the outcome (see ``domain.graph.agent_outcome``)."""
+        handler = action.step.handler
+        output, _usage = await run_llm_agent(
+            handler.target,
+            model=state.setup.models[action.step.id],
+            instructions=state.setup.agent_prompts.get(handler.target, ""),
+            prompt=agent_prompt(state, action.step),
+            max_tokens=4000,
+        )
+        return agent_outcome(action.step, output.model_dump(mode="json"))
 
     async def _child_session(self, state: GraphState, action: RunHandler) -> HandlerOutcome:
         result: SessionSummary = await workflow.execute_child_workflow(

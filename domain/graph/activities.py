@@ -15,6 +15,7 @@ class GraphPrepare(BaseModel):
     """The graph a run is about to start (what the worker checks it may run)."""
 
     graph: Graph
+    sha256: str = ""
 
 
 class RenderStepRequest(BaseModel):

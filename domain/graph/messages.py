@@ -74,6 +74,12 @@ class GraphSetup(BaseModel):
 
     approver_keys: list[ApproverKey] = Field(default_factory=list)
     unsigned_answers: bool = True
+    models: dict[str, str] = Field(
+        default_factory=dict, description="agent steps: step id → the model id it runs on"
+    )
+    agent_prompts: dict[str, str] = Field(
+        default_factory=dict, description="agent → its instructions (the library's prompt)"
+    )
     problems: list[str] = Field(default_factory=list, description="why the run cannot start")
 
 

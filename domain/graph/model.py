@@ -94,6 +94,19 @@ class Handler(BaseModel):
         max_length=64,
         description="agent: the output field whose value is the outcome (default: ok)",
     )
+    outcome_map: dict[Annotated[str, StringConstraints(max_length=64)], OutcomeName] = Field(
+        default_factory=dict,
+        max_length=MAX_OUTCOMES,
+        description="agent: the outcome_field's value (as text, lowercase) → outcome",
+    )
+    model: str | None = Field(
+        None, max_length=200, description="agent: a model id (default: the worker's for it)"
+    )
+
+    def outcome_of(self, value: object) -> str:
+        """The outcome an agent's ``outcome_field`` value means (through ``outcome_map``)."""
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        return self.outcome_map.get(text, text)
 
     @model_validator(mode="before")
     @classmethod
@@ -196,6 +209,8 @@ class StepDef(BaseModel):
         declared = [o for o in self.outcomes if o != DEFAULT]
         if declared:
             return list(dict.fromkeys(declared))
+        if self.handler.kind == "agent" and self.handler.outcome_map:
+            return list(dict.fromkeys(self.handler.outcome_map.values()))
         if self.handler.kind == "session" or (
             self.handler.kind == "agent" and not self.handler.outcome_field
         ):
@@ -249,10 +264,15 @@ class Graph(BaseModel):
         return out
 
     def sha256(self) -> str:
-        """The digest of the graph as canonical JSON (what a run is pinned to)."""
-        raw = json.dumps(
-            self.model_dump(mode="json", exclude={"source"}), sort_keys=True, separators=(",", ":")
+        """The digest of the graph as canonical JSON (what a run is pinned to): what it
+        says, not where it was read from (``source``, steps' ``line``), and without
+        defaults, so a field phasegate adds later leaves existing graphs' digests alone."""
+        data = self.model_dump(
+            mode="json",
+            exclude={"source": True, "steps": {"__all__": {"line"}}},
+            exclude_defaults=True,
         )
+        raw = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(raw.encode()).hexdigest()
 
     def initial_state(self) -> dict[str, Any]:

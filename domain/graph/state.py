@@ -162,14 +162,11 @@ class GraphState(BaseModel):
 
     @staticmethod
     def start_problems(start: StartGraph) -> list[str]:
-        """Why a run cannot start with ``start`` ([]: it can): the graph must be the one
-        its digest names, and its parameters must fit their declarations."""
+        """Why a run cannot start with ``start`` ([]: it can): its parameters must fit
+        their declarations. (Whether the graph is the one its digest names is the
+        worker's check, :func:`digest_problem`: a digest is computed by code that may
+        change, and a recorded history must replay.)"""
         problems: list[str] = []
-        if start.graph.sha256() != start.sha256:
-            problems.append(
-                "the graph does not match its sha256 (changed after it was pinned): "
-                "start it again with `phasegate graph run`"
-            )
         for name, value in start.params.items():
             arg = start.graph.params.get(name)
             if arg is None:
@@ -183,6 +180,16 @@ class GraphState(BaseModel):
         if start.graph.step(start.graph.entry) is None:
             problems.append(f"the entry step {start.graph.entry!r} is not a step")
         return problems
+
+    @staticmethod
+    def digest_problem(graph: Graph, sha256: str) -> str | None:
+        """Why ``graph`` is not the graph ``sha256`` pins, or None."""
+        if graph.sha256() == sha256:
+            return None
+        return (
+            "the graph does not match its sha256 (changed after it was pinned): "
+            "start it again with `phasegate graph run`"
+        )
 
     @classmethod
     def begin(cls, start: StartGraph, setup: GraphSetup, run_id: str, now: datetime) -> GraphState:

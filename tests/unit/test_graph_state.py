@@ -327,8 +327,11 @@ def test_carry_keeps_everything_and_long_loops_continue_as_new() -> None:
 
 
 def test_start_problems_name_a_changed_graph_and_bad_params() -> None:
-    changed = start().model_copy(update={"sha256": "0" * 64})
-    assert "does not match its sha256" in GraphState.start_problems(changed)[0]
+    graph = Graph.model_validate(CRITIQUE)
+    assert GraphState.digest_problem(graph, graph.sha256()) is None
+    assert "does not match its sha256" in str(GraphState.digest_problem(graph, "0" * 64))
+    moved = graph.model_copy(update={"source": "elsewhere.yaml"})
+    assert moved.sha256() == graph.sha256()  # where it was read from is not what it says
     problems = GraphState.start_problems(start(params={"depth": 9, "colour": "red"}))
     assert any("above the maximum 5" in p for p in problems)
     assert any("unknown parameter 'colour'" in p for p in problems)
