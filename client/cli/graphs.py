@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from phasegate.client.cli._common import EXIT_ERROR, EXIT_OK, JSON, Parser, echo, echo_err
 from phasegate.client.cli._render import one_line, table, to_json
+from phasegate.client.cli.graph_runs import register as register_runs
 
 if TYPE_CHECKING:
     from phasegate.domain.settings import Settings
@@ -35,7 +36,7 @@ no graph (as `library check`)."""
 
 def register(sub: Any) -> None:
     """Add ``graph list`` and ``graph check`` to ``sub``."""
-    graph = sub.add_parser("graph", help="step graph tools (no server needed)")
+    graph = sub.add_parser("graph", help="step graphs: list, check, run, show, report, answer")
     graph_sub = graph.add_subparsers(
         dest="graph_command", required=True, metavar="COMMAND", parser_class=Parser
     )
@@ -71,6 +72,7 @@ def register(sub: Any) -> None:
     s.add_argument("file", metavar="FILE", help="the state machine definition (JSON)")
     s.add_argument("--name", help="the graph's name (default: from the file name)")
     s.set_defaults(func=graph_import_asl)
+    register_runs(graph_sub)
 
 
 def graph_list(args: argparse.Namespace, settings: Settings) -> int:
