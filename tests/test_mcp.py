@@ -81,13 +81,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_six_small_tools_and_no_way_to_approve(env, settings_for, tmp_path):
+async def test_eight_small_tools_and_no_way_to_approve_or_answer(env, settings_for, tmp_path):
     settings = settings_for(LIBRARY)
     async with _stdio(_server_env(_address(env), settings)) as client:
         listed = await client.list_tools()
         names = [t.name for t in listed.tools]
-        assert sorted(names) == sorted(TOOL_NAMES) and len(names) == 6
-        for forbidden in ("approv", "decide", "control", "reject", "pause", "abandon"):
+        assert sorted(names) == sorted(TOOL_NAMES) and len(names) == 8
+        for forbidden in ("approv", "decide", "control", "reject", "pause", "abandon", "answer"):
             assert not any(forbidden in n for n in names)
         # What the server sends for tools/list: descriptions + input schemas, ~4 chars a token.
         wire = json.dumps(

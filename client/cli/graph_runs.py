@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from phasegate.client._graph_text import graph_text
 from phasegate.client.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_OK,
@@ -27,12 +28,10 @@ from phasegate.client.cli._common import (
     remote,
     signer,
 )
-from phasegate.client.cli._render import one_line
 from phasegate.domain.errors import PhasegateError
 
 if TYPE_CHECKING:
     from phasegate.client.graphs import GraphClient
-    from phasegate.domain.graph.messages import GraphView, StepView
 
 __all__ = ["register"]
 
@@ -150,7 +149,8 @@ async def graph_run(ctx: Ctx) -> int:
     step = await graphs.step(rid)
     view = await graphs.status(rid)
     ctx.emit(
-        view, f"graph run {rid} ({graph.name}, sha256 {graph.sha256()[:12]})\n" + _text(view, step)
+        view,
+        f"graph run {rid} ({graph.name}, sha256 {graph.sha256()[:12]})\n" + graph_text(view, step),
     )
     return EXIT_REFUSED if view.status == "awaiting_input" else EXIT_OK
 
@@ -166,7 +166,7 @@ async def graph_show(ctx: Ctx) -> int:
         taken = {p.step for p in view.path}
         ctx.emit(view, mermaid(start, current=view.current_step, taken=taken))
         return EXIT_OK
-    ctx.emit(view, _text(view, step))
+    ctx.emit(view, graph_text(view, step))
     return EXIT_REFUSED if view.status == "awaiting_input" else EXIT_OK
 
 
@@ -240,35 +240,3 @@ async def graph_answer(ctx: Ctx) -> int:
         f"runs again with the answers",
     )
     return EXIT_OK
-
-
-def _text(view: GraphView, step: StepView | None) -> str:
-    lines = [f"status: {view.status}" + (f" (ended {view.outcome})" if view.outcome else "")]
-    if view.failure:
-        lines.append(f"failed: {one_line(view.failure)}")
-    if step is not None:
-        lines += [
-            f"step {step.step_id}: {one_line(step.title)} (visit {step.visit}, {step.handler})",
-            "",
-            step.actions.strip() or "(no actions written)",
-            "",
-            f"outcomes: {', '.join(step.outcomes)}",
-        ]
-        if step.state:
-            lines.append(f"state: {json.dumps(step.state, ensure_ascii=False)}")
-        if step.findings:
-            lines += [
-                "findings to address:",
-                *(f"  [{f.severity}] {f.text}" for f in step.findings),
-            ]
-        if step.gate:
-            lines.append(f"evidence: {', '.join(step.gate.get('fields', {}))}")
-    if view.questions:
-        lines.append(f"questions (round {view.question_round}):")
-        for q in view.questions:
-            choices = " | ".join(q.options) if q.options else "free text"
-            lines.append(f"  {q.id}: {q.text} [{choices}]")
-    if view.path:
-        trail = " → ".join(f"{p.step}:{p.outcome}" for p in view.path[-10:])
-        lines.append(f"path ({view.path_total}): {trail}")
-    return "\n".join(lines)

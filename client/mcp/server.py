@@ -1,4 +1,4 @@
-"""The MCP server: the six tools registered with their descriptions, and the process
+"""The MCP server: the eight tools registered with their descriptions, and the process
 that serves them over stdio or streamable HTTP on 127.0.0.1."""
 
 from __future__ import annotations
@@ -42,11 +42,15 @@ _DESCRIPTIONS = {
     "approve first.",
     "get_session_state": "Session progress: status, completed phases, attempts, last problems, "
     "approvals and who must approve.",
+    "get_graph_step": "Step graphs: the step a run is on (actions, allowed outcomes, state) "
+    "and the path so far.",
+    "report_graph_step": "Step graphs: end the current step with an outcome (or needs_input "
+    "with questions for a person).",
 }
 
 
 def build_server(settings: Settings | None = None) -> MCPServer:
-    """The phasegate MCP server with its six tools.
+    """The phasegate MCP server with its eight tools.
 
     Args:
         settings: Defaults to the environment (``phasegate.temporal.load_settings``).
@@ -60,7 +64,8 @@ def build_server(settings: Settings | None = None) -> MCPServer:
         "phasegate", instructions=_INSTRUCTIONS, version=_version(), log_level="WARNING"
     )
     for name in TOOL_NAMES:
-        annotations = _WRITE if name in ("start_session", "submit_checkpoint") else _READ
+        writes = ("start_session", "submit_checkpoint", "report_graph_step")
+        annotations = _WRITE if name in writes else _READ
         server.add_tool(
             getattr(tools, name),
             name=name,

@@ -1,4 +1,4 @@
-"""The MCP server's six tools: what each does, its inputs (validated by the SDK before
+"""The MCP server's eight tools: what each does, its inputs (validated by the SDK before
 it runs) and its result (markdown for the agent, the pydantic model as structured
 content; every failure a tool error, never a crash of the server)."""
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field, StringConstraints
 
+from phasegate.client._graph_text import graph_text
 from phasegate.client.mcp._render import (
     render_checkpoint,
     render_current,
@@ -21,6 +22,7 @@ from phasegate.client.mcp._render import (
     render_workflows,
 )
 from phasegate.domain.errors import PayloadTooLarge, PhasegateError, PhaseSequenceViolation
+from phasegate.domain.graph.messages import GraphView, Question, StepReport, StepView
 from phasegate.domain.session.messages import (
     DEFAULT_MAX_EVIDENCE_BYTES,
     PhaseView,
@@ -44,6 +46,8 @@ TOOL_NAMES = (
     "get_task",
     "submit_checkpoint",
     "get_session_state",
+    "get_graph_step",
+    "report_graph_step",
 )
 MAX_EVIDENCE_BYTES = DEFAULT_MAX_EVIDENCE_BYTES
 """Evidence larger than this (compact JSON, as the workflow measures it) is refused unsent."""
@@ -58,6 +62,11 @@ SessionId = Annotated[
     Field(description="Session id from start_session."),
 ]
 PhaseNumber = Annotated[int, Field(ge=0, description="Phase number, from 0.")]
+RunId = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=200),
+    Field(description="Graph run id (from `phasegate graph run`)."),
+]
 
 
 # -- structured content of the tools whose result is not one contract model --
@@ -119,8 +128,14 @@ def _local_path(value: str, *, must_exist: bool) -> str:
     return str(path.resolve())
 
 
+class GraphStep(BaseModel):
+    run_id: str
+    run: GraphView
+    step: StepView | None = Field(None, description="None once the run has ended.")
+
+
 class PhasegateTools:
-    """The six tools, over one lazily connected :class:`~client.api.PhasegateClient`.
+    """The eight tools, over one lazily connected :class:`~client.api.PhasegateClient`.
 
     Args:
         settings: Where Temporal, the task queue and the workflow library are.
@@ -312,5 +327,78 @@ class PhasegateTools:
             pg = await self.client()
             view = await pg.status(session_id)
             return _ok(render_state(session_id, view), view)
+
+        return await self._guard(work())
+
+    # -- step graphs --
+
+    async def _graphs(self) -> Any:
+        from phasegate.client.graphs import GraphClient
+
+        pg = await self.client()
+        return GraphClient(pg.temporal, self.settings.task_queue)
+
+    async def get_graph_step(self, run_id: RunId) -> CallToolResult:
+        """The step a graph run is on (never another) and where the run is."""
+
+        async def work() -> CallToolResult:
+            graphs = await self._graphs()
+            view = await graphs.status(run_id)
+            step = await graphs.step(run_id)
+            text = graph_text(view, step)
+            if step is not None and view.status == "running":
+                text += (
+                    f'\nNext: do the step, then report_graph_step(run_id="{run_id}", '
+                    f'step_id="{step.step_id}", outcome=<one of its outcomes>).'
+                )
+            return _ok(text, GraphStep(run_id=run_id, run=view, step=step))
+
+        return await self._guard(work())
+
+    async def report_graph_step(
+        self,
+        run_id: RunId,
+        step_id: Annotated[str, StringConstraints(min_length=1, max_length=64)],
+        outcome: Annotated[
+            str,
+            StringConstraints(min_length=1, max_length=40),
+            Field(description="One of the step's outcomes, or needs_input to ask a person."),
+        ],
+        state: Annotated[
+            dict[str, Any] | None, Field(description="Step state fields to set.")
+        ] = None,
+        evidence: Annotated[
+            dict[str, Any] | None, Field(description="Evidence for the step's gate, if it has one.")
+        ] = None,
+        questions: Annotated[
+            list[Question] | None,
+            Field(max_length=3, description="With needs_input: 1-3 questions for a person."),
+        ] = None,
+        summary: Annotated[str, StringConstraints(max_length=2000)] = "",
+    ) -> CallToolResult:
+        """End the current step with an outcome (refused if it is not the current step)."""
+
+        async def work() -> CallToolResult:
+            graphs = await self._graphs()
+            report = StepReport(
+                step_id=step_id,
+                outcome=outcome,
+                state=state or {},
+                evidence=evidence,
+                questions=questions or [],
+                summary=summary,
+            )
+            result = await graphs.report(run_id, report)
+            if not result.accepted:
+                lines = [f"Step {step_id}: the gate refused the evidence. Fix and report again:"]
+                lines += [f"- {p.field}: {p.message}" for p in result.problems]
+                return _ok("\n".join(lines), result)
+            nxt = {
+                "completed": "The run completed.",
+                "failed": "The run failed: get_graph_step says why.",
+                "awaiting_input": "A person must answer the questions; no tool can. Check "
+                "get_graph_step later.",
+            }.get(result.status, f'Next: get_graph_step(run_id="{run_id}").')
+            return _ok(f"Step {step_id} ended {result.outcome}. {nxt}", result)
 
         return await self._guard(work())
