@@ -1,5 +1,7 @@
 """Added latency of a workspace check: a passing checkpoint whose gate runs one trivial
-verify command (``true``) vs the same checkpoint without it.
+verify command (``true``, on the verify task queue), and one whose gate reads one file
+(``file_exists``, a local activity of the session worker), vs the same checkpoint without
+a check.
 
 Same dev server, same worker process (apart from this client), same run, interleaved
 pairs. Prints p50/p95 of each and the ratio.
@@ -24,12 +26,15 @@ from phasegate.domain.session.messages import CheckpointSubmission
 from phasegate.workflows.gated_session import GatedSession
 
 VERIFY = "verify:\n  - {name: trivial, kind: command, argv: ['true'], timeout_seconds: 30}\n"
+READ = "verify:\n  - {name: readme, kind: file_exists, path: README.md}\n"
 
 
 async def main(phases: int, warmup: int, think: float) -> float:
     tmp = Path(tempfile.mkdtemp(prefix="phasegate-bench-"))
     write_library(tmp / "lib", phases, workflow_type="plain_v1")
     write_library(tmp / "lib", phases, workflow_type="verified_v1", verify=VERIFY)
+    write_library(tmp / "lib", phases, workflow_type="read_v1", verify=READ)
+    (tmp / "README.md").write_text("the file the read check looks for\n")
     async with await bench_environment() as env:
         client = env.client
         worker = start_bench_worker(
@@ -39,9 +44,11 @@ async def main(phases: int, warmup: int, think: float) -> float:
             pg = PhasegateClient(client, "bench")
             plain = pg.handle(await pg.start("plain_v1", str(tmp)))
             checked = pg.handle(await pg.start("verified_v1", str(tmp)))
+            read = pg.handle(await pg.start("read_v1", str(tmp)))
             evidence = {"done": True, "files_changed": ["a.py"], "summary": "did the work well"}
             plain_t: list[float] = []
             checked_t: list[float] = []
+            read_t: list[float] = []
             for i in range(phases - 1):
                 sub = CheckpointSubmission(phase=i, evidence=evidence)
                 t0 = time.perf_counter()
@@ -49,10 +56,14 @@ async def main(phases: int, warmup: int, think: float) -> float:
                 t1 = time.perf_counter()
                 b = await checked.execute_update(GatedSession.submit_checkpoint, sub)
                 t2 = time.perf_counter()
+                c = await read.execute_update(GatedSession.submit_checkpoint, sub)
+                t3 = time.perf_counter()
                 assert a.passed and b.passed and b.verify and b.verify[0].passed
+                assert c.passed and c.verify and c.verify[0].passed
                 if i >= warmup:
                     plain_t.append(t1 - t0)
                     checked_t.append(t2 - t1)
+                    read_t.append(t3 - t2)
                 await asyncio.sleep(think)
         finally:
             stop_bench_worker(worker)
@@ -65,6 +76,14 @@ async def main(phases: int, warmup: int, think: float) -> float:
     )
     print(
         f"  ratio with/without p50 = {ratio:.2f}x  (added {ms(pct(checked_t, 50) - pct(plain_t, 50))})"
+    )
+    print(
+        f"  one file read         p50 {ms(pct(read_t, 50))}   p95 {ms(pct(read_t, 95))}"
+        "   (local activity on the session worker)"
+    )
+    print(
+        f"  ratio with/without p50 = {pct(read_t, 50) / pct(plain_t, 50):.2f}x  "
+        f"(added {ms(pct(read_t, 50) - pct(plain_t, 50))})"
     )
     return ratio
 
