@@ -10,6 +10,7 @@ HERE = Path(__file__).resolve().parent
 BENCHES = [
     ["advance_latency.py"],
     ["advance_latency.py", "--no-prefetch", "--phases", "120"],
+    ["shipped_advance.py"],
     ["parse_render.py"],
     ["verify_latency.py"],
     ["rag_bench.py"],
