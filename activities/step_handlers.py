@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from phasegate.activities._safe_read import read_text
-from phasegate.domain.errors import GraphInvalid
+from phasegate.domain.errors import GraphInvalid, PhasegateError
 from phasegate.domain.graph.activities import (
     FunctionRequest,
     GraphPrepare,
@@ -29,7 +29,7 @@ from phasegate.domain.graph.activities import (
     StepContext,
 )
 from phasegate.domain.graph.messages import GraphSetup
-from phasegate.domain.graph.model import Handler
+from phasegate.domain.graph.model import Graph, Handler
 from phasegate.domain.graph.state import GraphState, HandlerOutcome
 from phasegate.domain.signing import ApproverKey
 from phasegate.temporal import application_error
@@ -79,8 +79,6 @@ class StepHandlerActivities:
         sessions = self._session_types
         if handler.kind == "session" and sessions is not None and handler.target not in sessions:
             return f"step {step_id!r}: no workflow type {handler.target!r} in this worker's library"
-        if handler.kind == "graph":
-            return f"step {step_id!r}: graph handlers do not run on this worker yet"
         if handler.kind == "agent":
             return self._agent_problem(step_id, handler)
         return None
@@ -99,6 +97,12 @@ class StepHandlerActivities:
         if self._check_model is not None:
             return self._check_model(handler.target, model)
         return None
+
+    def _subgraph(self, name: str) -> Graph:
+        """Child graph ``name`` from this worker's library, validated (pinned at start)."""
+        from phasegate.activities.graphs import load_graph
+
+        return load_graph(name, [str(p) for p in self._library])
 
     def _model(self, handler: Handler) -> str:
         return handler.model or self._models.get(handler.target, "")
@@ -121,7 +125,15 @@ class StepHandlerActivities:
         if digest := GraphState.digest_problem(req.graph, req.sha256):
             problems.insert(0, digest)
         agents = [s for s in req.graph.steps if s.handler.kind == "agent"]
+        subgraphs: dict[str, Graph] = {}
+        for step in req.graph.steps:
+            if step.handler.kind == "graph" and step.handler.target not in subgraphs:
+                try:
+                    subgraphs[step.handler.target] = self._subgraph(step.handler.target)
+                except PhasegateError as exc:
+                    problems.append(f"step {step.id!r}: {exc}")
         return GraphSetup(
+            subgraphs=subgraphs,
             approver_keys=self._keys,
             unsigned_answers=self._unsigned,
             models={s.id: self._model(s.handler) for s in agents},

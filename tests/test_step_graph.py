@@ -240,3 +240,49 @@ async def test_a_graph_that_is_not_the_one_its_digest_pins_is_refused(graphs: Gr
     )
     with pytest.raises(GraphInvalid, match="does not match its sha256"):
         await graphs.result(handle.id)
+
+
+CHILD = """\
+name: child
+entry: work
+steps:
+  - id: work
+    title: Work
+    handler: graph_handlers:judge
+    outcomes: [quick, full]
+    next: {quick: null, full: null}
+"""
+
+
+async def test_a_step_runs_a_child_graph_and_takes_its_final_outcome(
+    env, settings_for, run_worker, tmp_path: Path
+) -> None:
+    library = tmp_path / "lib"
+    (library / "graphs").mkdir(parents=True)
+    (library / "graphs" / "child.yaml").write_text(CHILD)
+    parent = {
+        "name": "parent",
+        "entry": "delegate",
+        "params": {"depth": {"type": "int", "default": 1}},
+        "steps": [
+            {
+                "id": "delegate",
+                "title": "Delegate",
+                "handler": {"graph": "child"},
+                "outcomes": ["quick", "full", "fail"],
+                "next": {"quick": None, "full": None, "fail": None},
+            }
+        ],
+    }
+    settings = settings_for(library, graph_function_modules=["graph_handlers"])
+    async with run_worker(settings):
+        graphs = GraphClient(env.client, settings.task_queue)
+        rid = await graphs.start(Graph.model_validate(parent))
+        summary = await graphs.result(rid)
+        assert summary.status == "completed" and summary.outcome == "quick"
+        child = await graphs.result(f"{rid}--delegate-1")  # the child's own run, on record
+        assert [(p.step, p.outcome) for p in child.path] == [("work", "quick")]
+        missing = {**parent, "steps": [{**parent["steps"][0], "handler": {"graph": "nope"}}]}
+        rid = await graphs.start(Graph.model_validate(missing))
+        with pytest.raises(GraphInvalid, match="step 'delegate'"):
+            await graphs.result(rid)

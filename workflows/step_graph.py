@@ -158,6 +158,8 @@ class StepGraph:
                 )
             elif step.handler.kind == "agent":
                 done = await self._agent(state, action)
+            elif step.handler.kind == "graph":
+                done = await self._child_graph(state, action)
             else:  # session (prepare refuses the kinds this worker cannot run)
                 done = await self._child_session(state, action)
         except (ActivityError, ChildWorkflowError, ApplicationError) as exc:
@@ -181,6 +183,26 @@ class StepGraph:
             max_tokens=4000,
         )
         return agent_outcome(action.step, output.model_dump(mode="json"))
+
+    async def _child_graph(self, state: GraphState, action: RunHandler) -> HandlerOutcome:
+        """A child run of the graph the step names (pinned when this run started); its
+        final outcome is the step's, its failure the step's ``fail``."""
+        graph = state.setup.subgraphs[action.step.handler.target]
+        result: GraphSummary = await workflow.execute_child_workflow(
+            StepGraph.run,
+            StartGraph(
+                graph=graph,
+                sha256=graph.sha256(),
+                target=state.target,
+                approvers=state.approvers,
+            ),
+            id=f"{workflow.info().workflow_id}--{action.step.id}-{action.visit}",
+            task_queue=workflow.info().task_queue,
+        )
+        return HandlerOutcome(
+            outcome=result.outcome or "ok",
+            summary=f"child graph {graph.name} ended {result.outcome or result.status}",
+        )
 
     async def _child_session(self, state: GraphState, action: RunHandler) -> HandlerOutcome:
         result: SessionSummary = await workflow.execute_child_workflow(

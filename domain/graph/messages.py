@@ -80,6 +80,9 @@ class GraphSetup(BaseModel):
     agent_prompts: dict[str, str] = Field(
         default_factory=dict, description="agent → its instructions (the library's prompt)"
     )
+    subgraphs: dict[str, Graph] = Field(
+        default_factory=dict, description="graph steps: child graph name → the graph, pinned"
+    )
     problems: list[str] = Field(default_factory=list, description="why the run cannot start")
 
 
