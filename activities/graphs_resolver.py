@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import enum
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import types
@@ -99,6 +100,7 @@ class LibraryResolver:
         self.libraries = [Path(p) for p in dict.fromkeys(os.path.realpath(p) for p in libs)]
         self.graphs_dir = graphs_dir.resolve() if graphs_dir else None
         self.python_path = list(sys.path if python_path is None else python_path)
+        self._meta_path = python_path is None  # also ask the installed finders
 
     def handler_problem(self, handler: Handler) -> str | None:
         """Why ``handler`` does not resolve, or None (see the module docstring)."""
@@ -183,6 +185,10 @@ class LibraryResolver:
             name = ".".join(parts[: i + 1])
             try:
                 spec = importlib.machinery.PathFinder.find_spec(name, path)
+                if spec is None and i == 0 and self._meta_path:
+                    # An editable install's package is found by a meta path finder, not
+                    # on sys.path; a top-level name has no parent, so nothing is imported.
+                    spec = importlib.util.find_spec(name)
             except (ImportError, ValueError):
                 spec = None
             if spec is None:
