@@ -143,7 +143,8 @@ class DefinitionActivities:
         except PhasegateError as exc:
             raise application_error(exc) from None
         plan.first_phase = self.with_context(plan.ref, plan.first_phase)
-        self._warm(plan.ref, 1)
+        if not (self.prefetch and req.options.prefetch):  # else phase 1 is prefetched now
+            self._warm(plan.ref, 1)
         return plan
 
     @activity.defn(name="render_phase")
@@ -154,7 +155,12 @@ class DefinitionActivities:
             phase = self.build_phase(wf, req.ref, req.index)
         except PhasegateError as exc:
             raise application_error(exc) from None
-        self._warm(req.ref, req.index + 1)
+        # Warm the phase after this one only where it will be rendered at its advance (a
+        # local activity: prefetch off). A prefetch (a regular activity) is followed by
+        # another prefetch, off the advance's path: warming for it would only spend the
+        # worker's CPU twice, mostly on the phase's context retrieval.
+        if activity.in_activity() and activity.info().is_local:
+            self._warm(req.ref, req.index + 1)
         return self.with_context(req.ref, phase)
 
     def with_context(self, ref: DefinitionRef, phase: PhaseDefinition) -> PhaseDefinition:
