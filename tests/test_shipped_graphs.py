@@ -353,3 +353,54 @@ async def test_the_planner_asks_the_person_and_revises_until_the_reviewer_approv
     assert "PLAN-V1" in prompts[0] and "Admins only, Okta" in prompts[0]
     assert "PLAN-V2" in prompts[1] and "Findings to address" in prompts[1]
     assert "rollback" in prompts[1] and "PLAN-V2" not in prompts[0]
+
+
+# ------------------------------------------------------------------ docs/step-graphs.md
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "step-graphs.md"
+
+
+def test_the_doc_example_graph_checks_clean(tmp_path: Path) -> None:
+    import re
+
+    block = re.findall(r"```yaml\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)[0]
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "triage-fix.yaml").write_text(block, encoding="utf-8")
+    (built,) = check_path(tmp_path / "graphs", [])
+    assert built.graph is not None and built.problems == [], [str(p) for p in built.problems]
+    assert len(built.graph.steps) == 4 and built.graph.params["attempts"].max == 5
+
+
+def test_the_doc_names_every_key_and_code() -> None:
+    from phasegate.domain.graph.model import Arg, Handler, ReviewSchedule, StepDef
+    from phasegate.domain.graph.validate import CODES
+
+    text = DOC.read_text(encoding="utf-8")
+    keys = [
+        *(f for f in Graph.model_fields if f != "source"),
+        *(f for f in StepDef.model_fields if f != "line"),
+        *Arg.model_fields,
+        *(f for f in Handler.model_fields if f not in ("kind", "target")),
+        *ReviewSchedule.model_fields,
+        *CODES,
+    ]
+    assert [k for k in keys if f"`{k}`" not in text] == []
+
+
+def test_the_doc_commands_are_the_real_ones() -> None:
+    """Every option `phasegate graph run|show|report|answer` takes is in the doc's usage
+    line for it, and the doc names no option the command does not take."""
+    import re
+
+    from phasegate.client.cli import build_parser
+
+    text = DOC.read_text(encoding="utf-8")
+    graph = build_parser()._subparsers._group_actions[0].choices["graph"]  # type: ignore[union-attr]
+    commands = graph._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name in ("run", "show", "report", "answer", "list", "check", "import-asl"):
+        usage = re.search(rf"^phasegate graph {name} (.*?)(?<!\\)$", text, re.MULTILINE | re.DOTALL)
+        assert usage, name
+        line = usage.group(1)
+        real = {o for a in commands[name]._actions for o in a.option_strings if o.startswith("--")}
+        real.discard("--help")
+        assert real == set(re.findall(r"--[a-z-]+", line)), (name, line)
