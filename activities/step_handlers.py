@@ -14,6 +14,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
@@ -41,6 +42,7 @@ GRAPH_AGENTS = ("analyst", "architect", "reviewer", "planner")
 #: The package of phasegate's own graph handlers (always allowed).
 SHIPPED_HANDLERS = "phasegate.agents.graph_handlers"
 MAX_RENDERED = 50_000
+HEARTBEAT_EVERY = 2.0  # seconds; the workflow's heartbeat timeout is a few of these
 
 
 class StepHandlerActivities:
@@ -177,11 +179,23 @@ class StepHandlerActivities:
             raise application_error(
                 GraphInvalid(f"cannot load {req.target!r}: {exc}", hint="fix the handler")
             ) from None
-        if inspect.iscoroutinefunction(fn):
-            returned = await fn(req.context)
-        else:
-            returned = await asyncio.to_thread(fn, req.context)
+        call = (
+            fn(req.context)
+            if inspect.iscoroutinefunction(fn)
+            else asyncio.to_thread(fn, req.context)
+        )
+        returned = await _heartbeating(asyncio.ensure_future(call))
         return _outcome(req.target, returned)
+
+
+async def _heartbeating(task: asyncio.Future[Any]) -> Any:
+    """Await ``task``, heartbeating meanwhile: a worker that dies mid-step is noticed
+    within the heartbeat timeout and the handler runs again on another worker."""
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY)
+        if done:
+            return task.result()
+        activity.heartbeat()
 
 
 def _outcome(target: str, returned: object) -> HandlerOutcome:

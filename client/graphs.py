@@ -44,6 +44,7 @@ from phasegate.workflows.step_graph import StepGraph
 __all__ = ["GraphClient", "new_run_id"]
 
 _STARTING = "is starting"
+_NO_POLLER = "no poller seen"
 _RETRIES = 8
 
 
@@ -176,7 +177,9 @@ class GraphClient(BaseClient):
                 if timed_out(exc):
                     raise self._no_answer(f"graph run {rid}") from None
                 err = self._error(rid, exc)
-                if _STARTING not in err.message:
+                # "no poller seen": the worker the run was on died; the server hands its
+                # next task to a live worker (if one runs) within seconds.
+                if _STARTING not in err.message and _NO_POLLER not in err.message:
                     raise err from None
             desc = await self.temporal.get_workflow_handle(rid).describe()
             if desc.close_time is not None:  # it failed before it had a state: say why

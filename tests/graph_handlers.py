@@ -21,3 +21,16 @@ async def judge(ctx: StepContext) -> str:
 
 def explode(ctx: StepContext) -> str:
     raise RuntimeError(f"handler exploded on visit {ctx.visit}")
+
+
+def slow_first_time(ctx: StepContext) -> str:
+    """The first call (marked in the workspace) hangs until its worker is killed; the
+    retry on a new worker returns at once. Each call is counted in ``calls``."""
+    import time
+    from pathlib import Path
+
+    calls = Path(ctx.workspace) / "calls"
+    calls.write_text(calls.read_text() + "x" if calls.exists() else "x")
+    if len(calls.read_text()) == 1:
+        time.sleep(120)
+    return "ok"

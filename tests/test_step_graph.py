@@ -286,3 +286,53 @@ async def test_a_step_runs_a_child_graph_and_takes_its_final_outcome(
         rid = await graphs.start(Graph.model_validate(missing))
         with pytest.raises(GraphInvalid, match="step 'delegate'"):
             await graphs.result(rid)
+
+
+async def test_a_worker_killed_mid_step_loses_nothing_and_ends_the_step_once(
+    env, settings_for, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from phasegate.testing import running_worker
+
+    settings = settings_for(graph_function_modules=["graph_handlers"])
+    spec = {
+        "name": "slow",
+        "entry": "work",
+        "steps": [
+            {"id": "work", "title": "Work", "handler": "graph_handlers:slow_first_time",
+             "next": {"ok": "after"}},
+            {"id": "after", "title": "After"},
+        ],
+    }  # fmt: skip
+    worker_env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "PHASEGATE_TASK_QUEUE": settings.task_queue,
+        "PHASEGATE_HOME": settings.home,
+        "PHASEGATE_GRAPH_FUNCTION_MODULES": "graph_handlers",
+        "PYTHONPATH": str(Path(__file__).parent),
+    }
+    first = subprocess.Popen(
+        [sys.executable, "-m", "phasegate.worker"], env=worker_env, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    graphs = GraphClient(env.client, settings.task_queue)
+    try:
+        assert first.stdout is not None and "phasegate worker" in first.stdout.readline()
+        rid = await graphs.start(Graph.model_validate(spec), target=str(tmp_path))
+        for _ in range(200):  # the handler has started on the first worker
+            if (tmp_path / "calls").exists():
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        first.kill()  # SIGKILL, mid-step: no chance to clean up
+        first.wait()
+    async with running_worker(env.client, settings):
+        step = await _wait_for_step(graphs, rid, "after")
+        view = await graphs.status(rid)
+    assert step.step_id == "after"
+    assert [(p.step, p.outcome) for p in view.path] == [("work", "ok")]  # ended once
+    assert (tmp_path / "calls").read_text() == "xx"  # run again, after the heartbeat lapsed

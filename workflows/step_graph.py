@@ -57,6 +57,8 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["StepGraph"]
 
 _RETRY = RetryPolicy(maximum_attempts=3)
+# A function handler heartbeats every 2 s: a worker that died mid-step is noticed in 10.
+_HANDLER_HEARTBEAT = timedelta(seconds=10)
 
 
 @workflow.defn
@@ -153,6 +155,7 @@ class StepGraph:
                         target=step.handler.target, context=self._context(state, action)
                     ),
                     start_to_close_timeout=timedelta(minutes=30),
+                    heartbeat_timeout=_HANDLER_HEARTBEAT,
                     retry_policy=_RETRY,
                     summary=f"step {step.id}: {step.handler.target}",
                 )
