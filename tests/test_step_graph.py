@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -288,13 +291,17 @@ async def test_a_step_runs_a_child_graph_and_takes_its_final_outcome(
             await graphs.result(rid)
 
 
+def _worker_process(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    """``python -m phasegate.worker`` as a process of its own (to be killed)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "phasegate.worker"], env=env, cwd=cwd,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+
+
 async def test_a_worker_killed_mid_step_loses_nothing_and_ends_the_step_once(
     env, settings_for, tmp_path: Path
 ) -> None:
-    import os
-    import subprocess
-    import sys
-
     from phasegate.testing import running_worker
 
     settings = settings_for(graph_function_modules=["graph_handlers"])
@@ -315,10 +322,7 @@ async def test_a_worker_killed_mid_step_loses_nothing_and_ends_the_step_once(
         "PHASEGATE_GRAPH_FUNCTION_MODULES": "graph_handlers",
         "PYTHONPATH": str(Path(__file__).parent),
     }
-    first = subprocess.Popen(
-        [sys.executable, "-m", "phasegate.worker"], env=worker_env, cwd=tmp_path,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+    first = _worker_process(worker_env, tmp_path)
     graphs = GraphClient(env.client, settings.task_queue)
     try:
         assert first.stdout is not None and "phasegate worker" in first.stdout.readline()
