@@ -198,9 +198,14 @@ def _path_out(moves: Mapping[str, list[Move]], start: str) -> list[Move] | None:
 
 
 def scripted(graph: Graph) -> Graph:
-    """The graph with every step worked from outside, so a driver chooses each outcome
-    (the structure is what is under test; handlers have their own tests)."""
-    steps = [s.model_copy(update={"handler": Handler(kind="outside")}) for s in graph.steps]
+    """The graph with every step worked from outside and without evidence gates or
+    review schedules, so a driver chooses each outcome and the run takes it (the
+    structure is what is under test: edges, fallbacks, caps; handlers, gates and
+    reviews have their own tests). Its digest is its own."""
+    steps = [
+        s.model_copy(update={"handler": Handler(kind="outside"), "gate": None, "review": None})
+        for s in graph.steps
+    ]
     return graph.model_copy(update={"steps": steps})
 
 

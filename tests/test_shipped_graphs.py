@@ -52,23 +52,7 @@ def test_the_library_ships_exactly_these_graphs() -> None:
     assert sorted(p.stem for p in GRAPHS.iterdir() if p.suffix == ".yaml") == sorted(SHIPPED)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "decision-critique",
-        "deep-think",
-        pytest.param(
-            "planner",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="domain.graph.validate.possible_outcomes ignores the handler's "
-                "outcome_map (it reports the reviewer's raw true/false values, so the ok and "
-                "iterate edges look impossible); the run itself maps them (StepDef."
-                "possible_outcomes): remove this mark when validate maps them too",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("name", ["decision-critique", "deep-think", "planner"])
 def test_each_shipped_graph_checks_clean(name: str) -> None:
     (built,) = check_path(GRAPHS / f"{name}.yaml", [])
     assert built.graph is not None and built.problems == [], [str(p) for p in built.problems]
@@ -130,15 +114,6 @@ def test_assess_confidence_iterates_below_the_target_and_stops_at_the_rounds() -
 # ------------------------------------------------------------------ exhaustive
 
 
-def _structure(graph: Graph) -> Graph:
-    """The graph without its evidence gates and review schedule: ``explore`` reports
-    each step with its outcome alone (no evidence, no findings), so a gate would hold
-    the run on its step and the schedule would turn a finding-less ``iterate`` into
-    ``ok``. Both are exercised with real evidence and a real reviewer below."""
-    steps = [s.model_copy(update={"gate": None, "review": None}) for s in graph.steps]
-    return graph.model_copy(update={"steps": steps})
-
-
 @pytest.mark.parametrize("name", SHIPPED)
 async def test_each_shipped_graph_runs_exhaustively(
     name: str, env, settings_for, run_worker
@@ -147,9 +122,7 @@ async def test_each_shipped_graph_runs_exhaustively(
     doms = {**domains(graph), **{k: Constant(v) for k, v in REQUIRED[name].items()}}
     settings = settings_for()
     async with run_worker(settings):
-        result = await explore(
-            _structure(graph), client=env.client, task_queue=settings.task_queue, doms=doms
-        )
+        result = await explore(graph, client=env.client, task_queue=settings.task_queue, doms=doms)
     result.assert_ok()
     assert result.runs == result.paths * result.combinations
     expected = {"decision-critique": (1, 3), "deep-think": (3, 12), "planner": (2, 1)}[name]

@@ -142,7 +142,10 @@ def possible_outcomes(step: StepDef, resolver: Resolver | None = None) -> list[s
         if fields is None or h.outcome_field not in fields:
             return step.possible_outcomes() if step.outcomes else None
         allowed = fields[h.outcome_field]
-        return None if allowed is None else outcome_values(allowed)
+        if allowed is None:
+            return step.possible_outcomes() if h.outcome_map or step.outcomes else None
+        # Through outcome_map, as the run maps them (Handler.outcome_of).
+        return list(dict.fromkeys(h.outcome_map.get(v, v) for v in outcome_values(allowed)))
     return step.possible_outcomes()
 
 

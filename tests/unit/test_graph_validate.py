@@ -383,3 +383,40 @@ def test_check_params() -> None:
         "g: bad_param: parameter 'depth' (how deep) is required (pass depth=VALUE)",
         "g: bad_param: parameter 'budget': value 2 is above max 1 (change the value or the bound)",
     ]
+
+
+def test_an_agents_outcome_map_decides_which_edges_are_possible() -> None:
+    """The run maps an outcome_field's value through outcome_map (Handler.outcome_of);
+    validation must judge the edges on the mapped names, not the raw values."""
+    from phasegate.domain.graph.model import Graph
+    from phasegate.domain.graph.validate import validate
+
+    class Fields:
+        def handler_problem(self, handler):  # type: ignore[no-untyped-def]
+            return None
+
+        def output_fields(self, agent):  # type: ignore[no-untyped-def]
+            return {"approved": [True, False]}
+
+    spec = {
+        "name": "mapped",
+        "entry": "review",
+        "steps": [
+            {
+                "id": "review",
+                "title": "Review",
+                "handler": {
+                    "agent": "reviewer",
+                    "outcome_field": "approved",
+                    "outcome_map": {"true": "ok", "false": "iterate"},
+                },
+                "next": {"ok": None, "iterate": "review"},
+                "max_iterations": 3,
+            }
+        ],
+    }
+    assert [p.code for p in validate(Graph.model_validate(spec), Fields())] == []
+    unmapped = {**spec, "steps": [{**spec["steps"][0], "next": {"yes": None}}]}
+    unmapped["steps"][0]["handler"] = {**spec["steps"][0]["handler"], "outcome_map": {}}
+    codes = [p.code for p in validate(Graph.model_validate(unmapped), Fields())]
+    assert "impossible_outcome" in codes
