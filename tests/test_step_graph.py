@@ -340,3 +340,27 @@ async def test_a_worker_killed_mid_step_loses_nothing_and_ends_the_step_once(
     assert step.step_id == "after"
     assert [(p.step, p.outcome) for p in view.path] == [("work", "ok")]  # ended once
     assert (tmp_path / "calls").read_text() == "xx"  # run again, after the heartbeat lapsed
+
+
+def test_an_agent_step_gets_graph_instructions_not_the_orchestration_prompt() -> None:
+    from phasegate import SHIPPED_LIBRARY
+    from phasegate.activities.step_handlers import StepHandlerActivities
+    from phasegate.domain.graph.activities import GraphPrepare
+
+    spec = {
+        "name": "judged",
+        "entry": "judge",
+        "steps": [{"id": "judge", "title": "Judge", "handler": {"agent": "reviewer"}}],
+    }
+    graph = Graph.model_validate(spec)
+    handlers = StepHandlerActivities(
+        default_models={"reviewer": "test:any"}, library_paths=[SHIPPED_LIBRARY]
+    )
+    setup = handlers.prepare(GraphPrepare(graph=graph, sha256=graph.sha256()))
+    prompt = setup.agent_prompts["reviewer"]
+    assert setup.problems == [] and setup.models == {"judge": "test:any"}
+    assert "step graph" in prompt and "Reviews the developer's change" in prompt
+    assert "{{" not in prompt and "---" not in prompt and "issue.id" not in prompt
+    none = StepHandlerActivities(library_paths=[SHIPPED_LIBRARY])
+    refused = none.prepare(GraphPrepare(graph=graph, sha256=graph.sha256()))
+    assert "no model for the reviewer agent" in refused.problems[0]
