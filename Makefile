@@ -1,5 +1,5 @@
 # phasegate: `make demo` runs the demo on the embedded dev server; `make test` runs the
-# type checker and the tests (`make test-unit`: the tests that need no server).
+# type checker and the tests, on every core (`make test-unit`: the tests that need no server).
 # Both create .venv and install everything first (idempotent; a stamp file skips reinstalls).
 
 PYTHON ?= python3
@@ -36,7 +36,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
 test: typecheck $(TOOLS_STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n auto --dist worksteal
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit

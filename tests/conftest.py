@@ -26,6 +26,13 @@ from phasegate.worker import PhasegateWorkers
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 
+# Fixture projects hold tests of their own (run inside sessions, as a session's test
+# command), never by this suite. Ignored here rather than by a conftest.py among them: a
+# second top-level ``conftest`` module would shadow this one for ``from conftest import
+# FIXTURES`` (which one a process imports last depends on collection order, e.g. under
+# pytest-xdist).
+collect_ignore = ["fixtures"]
+
 
 @pytest_asyncio.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
