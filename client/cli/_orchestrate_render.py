@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from phasegate.client.cli._render import one_line, table
+from phasegate.domain.orchestration.views import plan_lines, usage_text
 
 if TYPE_CHECKING:
     from phasegate.domain.orchestration.agents import StepUsage
@@ -18,9 +19,6 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["entry_line", "gate_lines", "output_summary", "render_plan", "usage_line"]
-
-_FINISHED = ("completed", "failed")
-
 
 def entry_line(e: HistoryEntry, *, limit: int = 400) -> str:
     """One history entry: ``[12:00:01] ✓ reviewer_0 done: approved, confidence 0.90``."""
@@ -101,38 +99,16 @@ def _conf(d: dict[str, Any]) -> str:
 
 def usage_line(u: StepUsage) -> str:
     """``usage: 3 model requests, 1200 in / 300 out tokens``."""
-    return f"usage: {u.requests} model requests, {u.input_tokens} in / {u.output_tokens} out tokens"
+    return usage_text(u)
 
 
 def render_plan(view: OrchestrationView, history: list[HistoryEntry], *, tail: int) -> str:
-    """``plan show``: the plan with the current step marked, outputs, usage, history."""
-    plan, issue = view.plan, view.issue
+    """``plan show``: the plan (the one renderer the Web UI's details use too), the open
+    gate with the commands that decide it, outputs, usage, failure and history."""
+    issue = view.issue
     lines = [f"{view.orchestration_id} · issue {issue.id}: {one_line(issue.title)} — {view.status}"]
-    if plan.steps:
-        scope = plan.scope or "?"
-        lines.append(f"plan ({plan.mode}, scope {scope}): {one_line(plan.reasoning[:300])}")
-        for s in plan.steps:
-            mark = "▶" if s.index == plan.current and view.status not in _FINISHED else " "
-            mark = "✓" if s.status == "done" else ("✗" if s.status == "failed" else mark)
-            extra = [
-                f"→ {s.key}" if s.key else "",
-                f"session {s.child_session}" if s.child_session else "",
-                f"approved by {s.approved_by}" if s.approved_by else "",
-            ]
-            lines.append(
-                f"  {mark} {s.index} {s.agent:<9} [{s.status}] "
-                + " ".join(x for x in extra if x)
-                + (f"  {one_line(s.reason[:100])}" if s.reason else "")
-            )
-    else:
-        lines.append("plan: not made yet")
+    lines += [one_line(line) for line in plan_lines(view, gate=False)]
     lines += gate_lines(view)
-    if view.last_decision:
-        lines.append(f"last decision: {one_line(view.last_decision)}")
-    if plan.replanned_count:
-        lines.append(f"replans: {plan.replanned_count} (latest: {one_line(plan.replan_reason)})")
-    if view.pending_replan:
-        lines.append(f"replan pending: {one_line(view.pending_replan)}")
     if view.outputs:
         rows = [(o.key, o.model or "-", _usage(o), output_summary(o)[:160]) for o in view.outputs]
         lines += ["outputs:", table(("KEY", "MODEL", "USAGE", "SAYS"), rows, indent="  ")]

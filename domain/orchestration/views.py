@@ -13,6 +13,7 @@ from phasegate.domain.orchestration.agents import (
     DeveloperResult,
     PlannerDecision,
     ReviewResult,
+    StepUsage,
 )
 from phasegate.domain.orchestration.messages import OrchestrationCarry, OrchestrationView, PlanView
 
@@ -97,33 +98,58 @@ def compact(carry: OrchestrationCarry) -> OrchestrationCarry:
     return carry
 
 
-def details_markdown(state: OrchestrationState) -> str:
-    """The Web UI's current details: the plan with the current step marked, the last
-    decision, replans, and what the run waits for."""
-    lines = [f"**{state.issue.id}: {state.issue.title}** — {state.status}"]
-    if state.plan is not None:
-        lines.append(f"Plan ({state.profile.orchestration_mode}, scope {state.scope or '?'}):")
-        for step in state.steps:
-            mark = "▶" if step.index == state.cursor and state.status != "completed" else " "
-            extra = f" → {step.key}" if step.key else ""
-            lines.append(f"- {mark} {step.index}. {step.agent} [{step.status}]{extra}")
-    if state.awaiting is not None:
-        gate = state.awaiting
-        lines.append(f"Waiting for a person: gate {gate.gate} ({gate.kind}): {gate.reason}")
-    if state.last_decision:
-        lines.append(f"Last decision: {state.last_decision}")
-    if state.replanned_count:
-        lines.append(f"Replans: {state.replanned_count}: {state.replan_reason}")
-    if state.pending_replan:
-        lines.append(f"Replan pending: {state.pending_replan}")
-    if state.failure:
-        lines.append(f"Failed: {state.failure}")
-    usage = state.usage
-    lines.append(
-        f"Usage: {usage.requests} model requests, {usage.input_tokens} in / "
+FINISHED = ("completed", "failed")
+
+
+def plan_lines(view: OrchestrationView, *, gate: bool = True) -> list[str]:
+    """The plan with the current step marked, what the run waits for, the last decision,
+    replans, failure and usage: what the Web UI's details and ``phasegate plan show``
+    both show (one renderer). Each item is one line as meant; texts agents wrote may
+    hold control characters, which each caller makes safe for its medium."""
+    plan = view.plan
+    lines: list[str] = []
+    if plan.steps:
+        lines.append(f"plan ({plan.mode}, scope {plan.scope or '?'}): {plan.reasoning[:300]}")
+        for s in plan.steps:
+            mark = "▶" if s.index == plan.current and view.status not in FINISHED else " "
+            mark = "✓" if s.status == "done" else ("✗" if s.status == "failed" else mark)
+            extra = [
+                f"→ {s.key}" if s.key else "",
+                f"session {s.child_session}" if s.child_session else "",
+                f"approved by {s.approved_by}" if s.approved_by else "",
+            ]
+            row = f"  {mark} {s.index} {s.agent:<9} [{s.status}] " + " ".join(x for x in extra if x)
+            lines.append(row + (f"  {s.reason[:100]}" if s.reason else ""))
+    else:
+        lines.append("plan: not made yet")
+    if gate and view.awaiting is not None:
+        g = view.awaiting
+        lines.append(f"waiting for a person: gate {g.gate} ({g.kind} of {g.agent}): {g.reason}")
+    if view.last_decision:
+        lines.append(f"last decision: {view.last_decision}")
+    if plan.replanned_count:
+        lines.append(f"replans: {plan.replanned_count} (latest: {plan.replan_reason})")
+    if view.pending_replan:
+        lines.append(f"replan pending: {view.pending_replan}")
+    return lines
+
+
+def usage_text(usage: StepUsage) -> str:
+    """``usage: 3 model requests, 1200 in / 300 out tokens``."""
+    return (
+        f"usage: {usage.requests} model requests, {usage.input_tokens} in / "
         f"{usage.output_tokens} out tokens"
     )
-    return "\n".join(lines)
+
+
+def details_markdown(state: OrchestrationState) -> str:
+    """The Web UI's current details: the issue and status, then :func:`plan_lines` (as
+    preformatted text: the marks line up), failure and usage."""
+    view = state.view()
+    lines = [*plan_lines(view), *([f"failed: {view.failure}"] if view.failure else [])]
+    lines.append(usage_text(view.usage))
+    body = "\n".join(" ".join(line.replace("`", "'").split("\n")) for line in lines)
+    return f"**{state.issue.id}: {state.issue.title}** — {state.status}\n\n```\n{body}\n```"
 
 
 def shrink(data: dict[str, Any], limit: int) -> dict[str, Any]:

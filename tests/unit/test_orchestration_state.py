@@ -233,7 +233,7 @@ def test_details_markdown_marks_the_current_step():
     state.set_plan(plan("analyst", "developer"), NOW, model="rules")
     run_next(state)
     text = details_markdown(state)
-    assert "▶ 1. developer" in text and "analyst [done]" in text
+    assert "▶ 1 developer" in text and "✓ 0 analyst   [done]" in text
 
 
 outcomes = st.lists(
