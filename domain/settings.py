@@ -59,6 +59,8 @@ DEVELOPER_COMMANDS: dict[str, list[str]] = {
         "workspace-write",
         "-c",
         "sandbox_workspace_write.network_access=true",
+        "-c",
+        "allow_login_shell=false",  # a login shell would reset PATH (no phasegate on it)
         "--skip-git-repo-check",
         "{prompt}",
     ],
