@@ -66,7 +66,6 @@ class StepHandlerActivities:
         self._keys = list(approver_keys)
         self._unsigned = allow_unsigned_answers and not self._keys
         self._session_types = set(session_types) if session_types is not None else None
-        self._env = SandboxedEnvironment(autoescape=False, undefined=StrictUndefined)
 
     def allowed(self, target: str) -> bool:
         module = target.split(":", 1)[0]
@@ -158,21 +157,8 @@ class StepHandlerActivities:
 
     @activity.defn(name="render_step")
     def render_step(self, req: RenderStepRequest) -> str:
-        """The step's actions with the run's params, state and answers filled in. A
-        template that cannot render shows as written, with the reason above it (the
-        agent still reads its step; `phasegate graph check` reports such templates)."""
-        context = {
-            "params": req.params,
-            "state": req.state,
-            "answers": req.answers,
-            "visit": req.visit,
-            "step": req.step_id,
-        }
-        try:
-            text = self._env.from_string(req.actions).render(**context)
-        except TemplateError as exc:
-            return f"(the actions could not be rendered: {exc})\n\n{req.actions}"
-        return text[:MAX_RENDERED]
+        """:func:`render_actions`, as a local activity (templates with statements)."""
+        return render_actions(req)
 
     @activity.defn(name="run_step_function")
     async def run_function(self, req: FunctionRequest) -> HandlerOutcome:
@@ -237,3 +223,33 @@ def _description(text: str) -> str:
         if key.strip() == "description":
             return value.strip()[:300]
     return ""
+
+
+_ENV = SandboxedEnvironment(autoescape=False, undefined=StrictUndefined)
+INLINE_TEMPLATE_CHARS = 4000
+
+
+def renders_inline(actions: str) -> bool:
+    """Whether the workflow renders ``actions`` itself: substitutions only (no ``{%``
+    statements: no loops), and short. Such a render is a few microseconds of pure
+    string work, so the step's answer needs no local activity (and history no marker);
+    anything else renders as the ``render_step`` local activity."""
+    return "{%" not in actions and len(actions) <= INLINE_TEMPLATE_CHARS
+
+
+def render_actions(req: RenderStepRequest) -> str:
+    """The step's actions with the run's params, state and answers filled in (Jinja2,
+    sandboxed). A template that cannot render shows as written, with the reason above
+    it (the agent still reads its step; `phasegate graph check` reports such templates)."""
+    context = {
+        "params": req.params,
+        "state": req.state,
+        "answers": req.answers,
+        "visit": req.visit,
+        "step": req.step_id,
+    }
+    try:
+        text = _ENV.from_string(req.actions).render(**context)
+    except TemplateError as exc:
+        return f"(the actions could not be rendered: {exc})\n\n{req.actions}"
+    return text[:MAX_RENDERED]

@@ -22,7 +22,11 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
-    from phasegate.activities.step_handlers import StepHandlerActivities
+    from phasegate.activities.step_handlers import (
+        StepHandlerActivities,
+        render_actions,
+        renders_inline,
+    )
     from phasegate.domain.errors import GraphFailed, GraphInvalid, SessionError, SessionNotActive
     from phasegate.domain.graph.activities import (
         FunctionRequest,
@@ -57,6 +61,9 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["StepGraph"]
 
 _RETRY = RetryPolicy(maximum_attempts=3)
+RENDER_INLINE = "graph-render-inline"
+"""Patch id: steps read by no one are not rendered; substitution-only actions are
+rendered by the workflow itself."""
 # A function handler heartbeats every 2 s: a worker that died mid-step is noticed in 10.
 _HANDLER_HEARTBEAT = timedelta(seconds=10)
 
@@ -72,6 +79,7 @@ class StepGraph:
         self._state: GraphState | None = None
         self._changes = 0
         self._publisher = Publisher()
+        self._inline = False
 
     @workflow.run
     async def run(self, start: StartGraph) -> GraphSummary:
@@ -100,6 +108,9 @@ class StepGraph:
         )
 
     async def _begin(self, start: StartGraph) -> GraphState:
+        # Runs recorded before it rendered every step as a local activity (and steps
+        # no one reads, too): they replay as recorded.
+        self._inline = workflow.patched(RENDER_INLINE)
         carried = await self._carry.proven()
         if self._carry.refusal:
             raise application_error(
@@ -125,23 +136,30 @@ class StepGraph:
             raise application_error(GraphInvalid("; ".join(setup.problems), hint=_CHECK))
         info = workflow.info()
         self._state = GraphState.begin(start, setup, info.first_execution_run_id, workflow.now())
+        self._state.render_all = not self._inline
         return self._state
 
     async def _render(self, state: GraphState, action: RenderStep) -> None:
-        text = await workflow.execute_local_activity_method(
-            StepHandlerActivities.render_step,
-            RenderStepRequest(
-                actions=action.step.actions,
-                step_id=action.step.id,
-                visit=action.visit,
-                params=state.params,
-                state=state.values,
-                answers=state.answers,
-            ),
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=_RETRY,
-            summary=f"render step {action.step.id}",
+        req = RenderStepRequest(
+            actions=action.step.actions,
+            step_id=action.step.id,
+            visit=action.visit,
+            params=state.params,
+            state=state.values,
+            answers=state.answers,
         )
+        if self._inline and renders_inline(req.actions):
+            # Substitutions only: rendered here, so a report's answer waits for no
+            # local activity (and history keeps no copy of the text).
+            text = render_actions(req)
+        else:
+            text = await workflow.execute_local_activity_method(
+                StepHandlerActivities.render_step,
+                req,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=_RETRY,
+                summary=f"render step {action.step.id}",
+            )
         state.apply_rendered(action.step.id, action.visit, text)
         self._changed()
 

@@ -63,6 +63,7 @@ __all__ = [
     "WaitReport",
 ]
 
+_READ_KINDS = ("outside", "agent")  # handlers that read a step's rendered actions
 DEFAULT_VISIT_CAP = 100  # a step without max_visits is entered at most this often
 STEPS_BEFORE_CONTINUE = 200  # Graph.continue_as_new_after's default
 MAX_PATH = 500  # path entries kept (the total is counted; history holds them all)
@@ -153,6 +154,9 @@ class GraphState(BaseModel):
     outcome: str | None = None
     failure: str = ""
     runs: int = Field(1, ge=1)
+    render_all: bool = Field(
+        True, description="render steps no one reads too (runs from before they were skipped)"
+    )
     first_run_id: str = ""
     steps_this_run: int = Field(0, ge=0)
     started_at: datetime | None = None
@@ -229,7 +233,7 @@ class GraphState(BaseModel):
             return WaitAnswer(step.id, self.question_round)
         if self.steps_this_run >= self.graph.continue_as_new_after:
             return ContinueAsNew()
-        if self.rendered is None:
+        if self.rendered is None and (self.render_all or step.handler.kind in _READ_KINDS):
             return RenderStep(step, self.visit())
         if step.handler.kind == "outside":
             return WaitReport(step.id)
