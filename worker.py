@@ -31,7 +31,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -56,6 +56,7 @@ from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
 from phasegate.domain.settings import Settings, verify_task_queue
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.trust import reserved_actor
+from phasegate.domain.verify import VerifyReport, VerifyRequest
 from phasegate.temporal import connect, load_settings, metrics_runtime, shutdown_tracing
 from phasegate.workflows import GatedSession, Orchestration, StepGraph
 
@@ -191,7 +192,7 @@ def build_worker(
     if main:
         # With the verify worker in this process, the session worker sees the workspace
         # as it does: checks that only read run here, as a local activity (_verify_local).
-        here = LocalChecks(checks.run_verify_checks if verify else None)
+        here = checks.run_verify_checks if verify else None
         workers.append(_main_worker(client, settings, executor, here))
     if verify:
         threads = concurrent.futures.ThreadPoolExecutor(
@@ -223,7 +224,7 @@ def _main_worker(
     client: Client,
     settings: Settings,
     executor: concurrent.futures.Executor,
-    here: LocalChecks,
+    checks_here: Callable[[VerifyRequest], VerifyReport] | None,
 ) -> Worker:
     rag = RagActivities(settings.rag_db, settings.library_paths, settings.standards_dirs)
     definitions = DefinitionActivities(
@@ -242,6 +243,9 @@ def _main_worker(
         test_command=settings.test_command,
         allowed_commands=settings.command_allowlist(),
     )
+    # Reading checks (and the phase they let the session enter) on this worker, when it
+    # runs them: activities/_verify_local.py.
+    here = LocalChecks(checks_here, definitions.render_phase)
     # This worker's own prompts and model providers (two workers in a process differ).
     models = ModelProviders.from_settings(settings)
     prompts = AgentPrompts(
@@ -282,6 +286,7 @@ def _main_worker(
             ).activities,
             ProvenanceActivities(client, settings.task_queue).check_carry,
             here.run_checks_here,
+            here.check_and_render_here,
             *_graph_activities(settings, models),
         ],
         activity_executor=executor,

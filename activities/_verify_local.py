@@ -16,6 +16,12 @@ agent's workspace) answers ``None``: the workflow then sends the checks to the v
 queue as before, and stops asking this run. Commands (``command``, ``session_command``)
 never come here: they keep the verify queue, its concurrency limit and its isolation.
 
+``check_and_render_here`` does the same and, when every check passed and the workflow
+asks for it (the checkpoint then advances at once), renders the phase the session enters,
+in the same local activity: such a session needs no prefetch of that phase (no activity
+round trip and no second workflow task per advance) and no separate render at the
+advance, and a future phase reaches history only once the session enters it.
+
 A local activity is scheduled only by the workflow task its own worker runs, so no
 foreign workflow can make a worker run it (TEMPORAL_NOTES.md); its input is the same
 ``VerifyRequest`` the verify activity takes, checked the same way.
@@ -28,6 +34,12 @@ from collections.abc import Callable
 from temporalio import activity
 
 from phasegate.domain.errors import VerifyInvalid
+from phasegate.domain.session.messages import (
+    ChecksHereRequest,
+    ChecksHereResult,
+    PhaseDefinition,
+    RenderPhaseRequest,
+)
 from phasegate.domain.verify import VerifyReport, VerifyRequest, reads_only
 from phasegate.temporal import application_error
 
@@ -41,10 +53,16 @@ class LocalChecks:
         run: The ``run_verify_checks`` of the verify worker in this process (its limits,
             its command list, its metrics); ``None`` where this worker does not see the
             workspace as a verify worker would, so every request is answered ``None``.
+        render: The main worker's ``render_phase``, for ``check_and_render_here``.
     """
 
-    def __init__(self, run: Callable[[VerifyRequest], VerifyReport] | None) -> None:
+    def __init__(
+        self,
+        run: Callable[[VerifyRequest], VerifyReport] | None,
+        render: Callable[[RenderPhaseRequest], PhaseDefinition] | None = None,
+    ) -> None:
         self._run = run
+        self._render = render
 
     @property
     def enabled(self) -> bool:
@@ -75,3 +93,23 @@ class LocalChecks:
                 )
             )
         return self._run(req)
+
+    @activity.defn(name="check_and_render_here")
+    def check_and_render_here(self, req: ChecksHereRequest) -> ChecksHereResult | None:
+        """:meth:`run_checks_here`, then, when every check passed, ``req.render``.
+
+        Returns:
+            The report and the rendered phase (``None`` when a check failed, none was
+            asked for, or it could not be rendered: the workflow renders it again, which
+            reports why); ``None`` when this worker runs no reading checks.
+        """
+        report = self.run_checks_here(req.checks)
+        if report is None:
+            return None
+        next_phase = None
+        if report.passed and req.render is not None and self._render is not None:
+            try:
+                next_phase = self._render(req.render)
+            except Exception:  # noqa: BLE001 - rendered again at the advance, errors and all
+                next_phase = None
+        return ChecksHereResult(report=report, next_phase=next_phase)

@@ -6,6 +6,7 @@ never holds up other sessions' advances; ``phasegate worker --no-verify`` and
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -146,46 +147,55 @@ FILE = {"name": "notes", "kind": "file_exists", "path": "NOTES.md"}
 LISTED = {"name": "listed", "kind": "glob_count", "pattern": "*.py", "min": 1}
 
 
-def _verify_commands(history) -> tuple[list[str], list[str]]:
-    """(task queues of scheduled run_verify_checks activities, local activity types run)."""
-    queues = [
-        e.activity_task_scheduled_event_attributes.task_queue.name
+def _activities(history) -> tuple[list[tuple[str, str]], list[str]]:
+    """((activity type, task queue) of each scheduled activity, type of each local one)."""
+    scheduled = [
+        (
+            e.activity_task_scheduled_event_attributes.activity_type.name,
+            e.activity_task_scheduled_event_attributes.task_queue.name,
+        )
         for e in history.events
         if e.HasField("activity_task_scheduled_event_attributes")
-        and e.activity_task_scheduled_event_attributes.activity_type.name == "run_verify_checks"
     ]
     local = [
-        e.marker_recorded_event_attributes.details["data"].payloads[0].data.decode()
+        json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)[
+            "activity_type"
+        ]
         for e in history.events
         if e.HasField("marker_recorded_event_attributes")
         and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
     ]
-    return queues, local
+    return scheduled, local
 
 
 async def test_reading_checks_run_on_the_session_worker(env, settings_for, run_worker, tmp_path):
     """With the verify worker in the same process, checks that only read the workspace run
-    as a local activity of the session's worker: no run_verify_checks on the verify queue;
-    a command in the same gate sends the whole gate there."""
+    as a local activity of the session's worker, which, once they pass, also renders the
+    phase the session enters (so that phase is not prefetched); a command in the gate
+    sends the whole gate to the verify queue."""
     lib = write_library(tmp_path / "lib", "reads_v1", 3, {0: [FILE, LISTED], 1: [FILE, QUICK]})
     ws = tmp_path / "ws"
     ws.mkdir()
     async with run_worker(settings_for(lib)) as workers:
-        pg = PhasegateClient(env.client, workers.task_queues[0])
+        queue = workers.task_queues[0]
+        pg = PhasegateClient(env.client, queue)
         sid = await pg.start("reads_v1", str(ws))
         missing = await pg.submit(sid, 0, {"done": True})
-        assert not missing.passed
+        assert not missing.passed and missing.next_phase is None
         assert [(r.name, r.passed) for r in missing.verify] == [("notes", False), ("listed", False)]
         (ws / "NOTES.md").write_text("notes\n")
         (ws / "a.py").write_text("")
         passed = await pg.submit(sid, 0, {"done": True})
         assert passed.passed and [r.passed for r in passed.verify] == [True, True]
-        queues, local = _verify_commands(await pg.handle(sid).fetch_history())
-        assert queues == [] and len(local) == 2 and all("run_checks_here" in d for d in local)
+        assert passed.next_phase is not None and passed.next_phase.phase == 1
+        scheduled, local = _activities(await pg.handle(sid).fetch_history())
+        assert [name for name, _ in scheduled] == ["load_session", "render_phase"]  # phase 2
+        assert local == ["check_and_render_here"] * 2
         mixed = await pg.submit(sid, 1, {"done": True})  # a command: the verify queue
         assert mixed.passed and [r.name for r in mixed.verify] == ["notes", "quick"]
-        queues, local = _verify_commands(await pg.handle(sid).fetch_history())
-        assert queues == [verify_task_queue(workers.task_queues[0])] and len(local) == 2
+        scheduled, local = _activities(await pg.handle(sid).fetch_history())
+        assert scheduled[-1] == ("run_verify_checks", verify_task_queue(queue))
+        assert len(local) == 2
 
 
 async def test_a_session_worker_without_checks_sends_reading_checks_to_the_verify_queue(
@@ -193,7 +203,8 @@ async def test_a_session_worker_without_checks_sends_reading_checks_to_the_verif
 ):
     """``--no-verify`` (the sealed deployment's session worker, which must not read the
     agent's workspace): the local activity answers that it runs no checks, the checks go
-    to the verify queue, and later checkpoints of the run go there directly."""
+    to the verify queue, and later checkpoints of the run go there directly (and their
+    next phases are prefetched again)."""
     lib = write_library(tmp_path / "lib", "reads_v1", 3, {0: [FILE], 1: [FILE]})
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -207,6 +218,10 @@ async def test_a_session_worker_without_checks_sends_reading_checks_to_the_verif
         for phase in (0, 1):
             result = await pg.submit(sid, phase, {"done": True})
             assert result.passed and result.verify[0].passed, result.problems
-        queues, local = _verify_commands(await pg.handle(sid).fetch_history())
-    assert queues == [verify_task_queue(settings.task_queue)] * 2
-    assert len(local) == 1  # asked once this run; the answer (None) is remembered
+        scheduled, local = _activities(await pg.handle(sid).fetch_history())
+    verify_queue = verify_task_queue(settings.task_queue)
+    assert [q for name, q in scheduled if name == "run_verify_checks"] == [verify_queue] * 2
+    # Asked once this run (the answer, None, is remembered); phase 1 rendered at its
+    # advance, phase 2 prefetched again.
+    assert local == ["check_and_render_here", "render_phase"]
+    assert [name for name, _ in scheduled].count("render_phase") == 1

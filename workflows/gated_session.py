@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         CheckpointResult,
         CheckpointSubmission,
+        ChecksHereRequest,
         ControlRequest,
         ControlResult,
         LoadSessionRequest,
@@ -69,6 +70,8 @@ __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 _SIGNAL_RETIRED = "checkpoint-signal-retired"
 # Reading checks as a local activity of the session's worker (activities/_verify_local).
 _CHECKS_HERE = "verify-reads-on-session-worker"
+# ... which also render the phase a passing checkpoint enters (no prefetch of it).
+_RENDER_WITH_CHECKS = "render-with-reading-checks"
 _VERIFY_RETRY = RetryPolicy(maximum_attempts=2, non_retryable_error_types=[VerifyInvalid.code])
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
@@ -99,6 +102,8 @@ class GatedSession:
         self._verifying = False
         # Until this run's worker answers that it runs no reading checks itself.
         self._checks_here = True
+        # The phase the checks' local activity rendered, once they passed.
+        self._checked_next: PhaseDefinition | None = None
 
     # ---- run -----------------------------------------------------------
 
@@ -267,9 +272,24 @@ class GatedSession:
         request = state.verify_request(sub, workflow.info().workflow_id)
         summary = f"verify phase {state.current.index}"
         self._verifying = True
+        self._checked_next = None
         try:
             report: VerifyReport | None = None
-            if self._checks_here and state.verify_reads_only() and workflow.patched(_CHECKS_HERE):
+            if self._checks_here and self._renders_with_checks():
+                done = await workflow.execute_local_activity_method(
+                    LocalChecks.check_and_render_here,
+                    ChecksHereRequest(
+                        checks=request,
+                        render=RenderPhaseRequest(ref=state.ref, index=state.current.index + 1),
+                    ),
+                    start_to_close_timeout=state.verify_timeout(),
+                    retry_policy=_VERIFY_RETRY,
+                    summary=summary,
+                )
+                self._checks_here = done is not None
+                if done is not None:
+                    report, self._checked_next = done.report, done.next_phase
+            elif self._checks_here and state.verify_reads_only() and workflow.patched(_CHECKS_HERE):
                 report = await workflow.execute_local_activity_method(
                     LocalChecks.run_checks_here,
                     request,
@@ -315,6 +335,9 @@ class GatedSession:
         assert state is not None
         next_phase: PhaseDefinition | None = None
         index = state.current.index + 1
+        checked, self._checked_next = self._checked_next, None
+        if checked is not None and checked.index == index:
+            return checked  # rendered by the checks' local activity
         if (
             not state.is_last_phase()
             and self._prefetch is not None
@@ -353,6 +376,8 @@ class GatedSession:
             return
         if self._prefetch_index == index:
             return
+        if self._checks_here and self._renders_with_checks():
+            return  # rendered with the checks, once they pass (see _verify)
         self._prefetch_index = index
         self._prefetch = workflow.start_activity_method(
             DefinitionActivities.render_phase,
@@ -363,6 +388,11 @@ class GatedSession:
         )
         # A failed prefetch is only a cache miss; mark its exception as seen.
         self._prefetch.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    def _renders_with_checks(self) -> bool:
+        """The checks' local activity renders the phase a passing checkpoint enters."""
+        state = self._ready()
+        return state.renders_with_checks() and workflow.patched(_RENDER_WITH_CHECKS)
 
     # ---- approvals -----------------------------------------------------
 

@@ -25,7 +25,7 @@ from phasegate.domain.limits import (
     Name,
 )
 from phasegate.domain.signing import ApproverKey
-from phasegate.domain.verify import VerifyResult
+from phasegate.domain.verify import VerifyReport, VerifyRequest, VerifyResult
 
 __all__ = [
     "ApprovalDecision",
@@ -201,6 +201,21 @@ class LoadSessionRequest(BaseModel):
 class RenderPhaseRequest(BaseModel):
     ref: DefinitionRef
     index: int
+
+
+class ChecksHereRequest(BaseModel):
+    """The session worker's local activity (``check_and_render_here``): a gate's reading
+    checks and, when they all pass, the phase the session then enters."""
+
+    checks: VerifyRequest
+    render: RenderPhaseRequest | None = Field(
+        None, description="Rendered only when every check passed (the checkpoint advances)."
+    )
+
+
+class ChecksHereResult(BaseModel):
+    report: VerifyReport
+    next_phase: PhaseDefinition | None = None
 
 
 class NotifyRequest(BaseModel):

@@ -254,6 +254,14 @@ class SessionState(BaseModel):
         the session's own worker where it sees the workspace (``domain.verify.reads_only``)."""
         return reads_only(self.current.gate.verify)
 
+    def renders_with_checks(self) -> bool:
+        """A passing checkpoint of the current phase advances at once (no approval, not the
+        last phase) and its checks only read: the next phase is rendered by the checks'
+        own local activity, once they pass, instead of prefetched or rendered apart."""
+        return (
+            self.verify_reads_only() and not self.requires_approval() and not (self.is_last_phase())
+        )
+
     def verify_timeout(self) -> timedelta:
         """The verify activity's start-to-close budget: every command check's own
         ``timeout_seconds`` plus a fixed slack for the checks that only read."""

@@ -216,6 +216,12 @@ async def verify_here(pg: PhasegateClient, home: str) -> None:
     await _reading_checks(pg, home, "verify_here")
 
 
+async def render_with_checks(pg: PhasegateClient, home: str) -> None:
+    """Reading checks that also render the phase a passing checkpoint enters, in one local
+    activity (render-with-reading-checks): no prefetch of that phase."""
+    await _reading_checks(pg, home, "render_with_checks")
+
+
 async def verify_elsewhere(pg: PhasegateClient, home: str) -> None:
     """The same with a session worker that runs no checks itself (``--no-verify``, as in
     the sealed deployment): it answers None and the checks go to the verify queue."""
@@ -237,6 +243,7 @@ async def verify_elsewhere(pg: PhasegateClient, home: str) -> None:
 SCENARIOS = {
     "carry-proof": carry_proof,
     "verify-here": verify_here,
+    "render-with-checks": render_with_checks,
     "verify-elsewhere": verify_elsewhere,
 }
 

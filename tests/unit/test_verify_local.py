@@ -10,6 +10,12 @@ from temporalio.exceptions import ApplicationError
 
 from phasegate.activities._verify_local import LocalChecks
 from phasegate.activities.verify import VerifyActivities
+from phasegate.domain.session.messages import (
+    ChecksHereRequest,
+    DefinitionRef,
+    PhaseDefinition,
+    RenderPhaseRequest,
+)
 from phasegate.domain.verify import (
     CHECK_MODELS,
     READ_KINDS,
@@ -78,3 +84,49 @@ def test_commands_never_run_here(tmp_path: Path, command: dict) -> None:
     with pytest.raises(ApplicationError) as refused:
         here.run_checks_here(request(tmp_path, READS[0], command))
     assert refused.value.type == "verify_invalid" and refused.value.non_retryable
+
+
+def test_the_next_phase_is_rendered_only_when_every_check_passed(tmp_path: Path) -> None:
+    rendered: list[int] = []
+
+    def render(req: RenderPhaseRequest) -> PhaseDefinition:
+        rendered.append(req.index)
+        return PhaseDefinition(
+            index=req.index, label=str(req.index), name=f"Phase {req.index}", content="text"
+        )
+
+    here = LocalChecks(VerifyActivities().run_verify_checks, render)
+    ref = DefinitionRef(
+        workflow_type="w", target=str(tmp_path), total_phases=3, static_phase_count=3
+    )
+    ask = RenderPhaseRequest(ref=ref, index=1)
+    failed = here.check_and_render_here(
+        ChecksHereRequest(checks=request(tmp_path, *READS), render=ask)
+    )
+    assert failed is not None and not failed.report.passed and failed.next_phase is None
+    assert rendered == []  # a future phase never reaches history before it is entered
+    (tmp_path / "a.txt").write_text("hello\n")
+    done = here.check_and_render_here(
+        ChecksHereRequest(checks=request(tmp_path, *READS), render=ask)
+    )
+    assert done is not None and done.report.passed and done.next_phase is not None
+    assert done.next_phase.index == 1 and rendered == [1]
+    unasked = here.check_and_render_here(ChecksHereRequest(checks=request(tmp_path, *READS)))
+    assert unasked is not None and unasked.next_phase is None and rendered == [1]
+
+
+def test_a_render_that_fails_is_left_to_the_advance(tmp_path: Path) -> None:
+    def render(req: RenderPhaseRequest) -> PhaseDefinition:
+        raise ValueError("template error")
+
+    (tmp_path / "a.txt").write_text("hello\n")
+    here = LocalChecks(VerifyActivities().run_verify_checks, render)
+    ref = DefinitionRef(
+        workflow_type="w", target=str(tmp_path), total_phases=3, static_phase_count=3
+    )
+    req = ChecksHereRequest(
+        checks=request(tmp_path, *READS), render=RenderPhaseRequest(ref=ref, index=1)
+    )
+    done = here.check_and_render_here(req)
+    assert done is not None and done.report.passed and done.next_phase is None
+    assert LocalChecks(None).check_and_render_here(req) is None
