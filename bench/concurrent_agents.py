@@ -96,14 +96,18 @@ async def start_sessions(pgs: list[PhasegateClient], n: int) -> list[str]:
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def main(sessions: int, phases: int) -> None:
+async def main(sessions: int, phases: int, prefetch: bool = True) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         library = Path(tmp) / "library"
         write_library(library, phases)
         task_queue = f"bench-{uuid.uuid4().hex[:6]}"
         async with await bench_environment() as env:
             worker = start_bench_worker(
-                env.client.service_client.config.target_host, task_queue, str(library), tmp
+                env.client.service_client.config.target_host,
+                task_queue,
+                str(library),
+                tmp,
+                {"prefetch": prefetch},
             )
             try:
                 # Agents are separate programs: one connection per 50 of them (a single
@@ -114,7 +118,11 @@ async def main(sessions: int, phases: int) -> None:
                     for _ in range(max(1, sessions // PER_CONNECTION))
                 ]
                 pgs = [PhasegateClient(c, task_queue) for c in clients]
-                print(f"{sessions} concurrent sessions x {phases} phases", flush=True)
+                print(
+                    f"{sessions} concurrent sessions x {phases} phases, prefetch "
+                    f"{'on' if prefetch else 'off'}",
+                    flush=True,
+                )
                 raw = await raw_updates(clients, f"{task_queue}-raw", sessions, phases)
                 print(f"raw updates:               {raw:6.1f}/s (baseline)", flush=True)
                 for label, agent_cls in (
@@ -138,5 +146,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--phases", type=int, default=10)
+    parser.add_argument(
+        "--no-prefetch", action="store_true", help="the worker renders each phase at its advance"
+    )
     args = parser.parse_args()
-    _common.run(main(args.sessions, args.phases))
+    _common.run(main(args.sessions, args.phases, not args.no_prefetch))
