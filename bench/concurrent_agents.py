@@ -9,12 +9,18 @@ advance). The baseline: every session replaced by a trivial workflow receiving
 as many raw updates, with the same concurrency.
 
     .venv/bin/python bench/concurrent_agents.py [--sessions 200] [--phases 10]
+    .venv/bin/python bench/concurrent_agents.py --workflow spec_execution_v1  # the flagship
+
+With ``--workflow spec_execution_v1`` every session works a real 7-phase Kiro spec (phase
+0, approved by an unsigned ``lead``, then 6 dynamic phases whose gate checks the files the
+evidence lists), all in one workspace, with the evidence that passes its gates.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import tempfile
 import time
 import uuid
@@ -26,12 +32,19 @@ from advance_latency import write_library
 from baseline import RawUpdateWorkflow
 
 from phasegate.client.api import PhasegateClient
-from phasegate.domain.session.messages import PhaseView
+from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.domain.settings import Settings
-from phasegate.temporal import connect
-from phasegate.testing import ScriptedAgent, complete_evidence
+from phasegate.temporal import SHIPPED_LIBRARY, connect
+from phasegate.testing import (
+    ScriptedAgent,
+    complete_evidence,
+    known_good,
+    unsigned_approver,
+    workspace_for,
+)
 
 PER_CONNECTION = 50
+SPEC = _common.REPO / "tests" / "fixtures" / "tasks" / "real" / "kiro-ui-design-system.md"
 
 
 class QueryEveryPhase(ScriptedAgent):
@@ -48,10 +61,14 @@ class QueryEveryPhase(ScriptedAgent):
                 return len(self.steps)
 
 
-async def walk_all(pgs: list[PhasegateClient], agent_cls: type[ScriptedAgent], n: int):
+async def walk_all(
+    pgs: list[PhasegateClient], agent_cls: type[ScriptedAgent], n: int, kind: Kind
+) -> tuple[float, float]:
     """Start ``n`` sessions, walk them all at once; (advances/s, calls per advance)."""
-    sids = await start_sessions(pgs, n)
-    agents = [agent_cls(pgs[i % len(pgs)], {"*": _evidence}) for i in range(n)]
+    sids = await start_sessions(pgs, n, kind)
+    evidence = known_good(kind.workflow_type) if kind.workspace else {"*": _evidence}
+    approve = unsigned_approver("lead")
+    agents = [agent_cls(pgs[i % len(pgs)], evidence, approve=approve) for i in range(n)]
     began = time.perf_counter()
     # advance_all: no status query of 200 completed sessions at the end (each would
     # replay its whole history on the worker), only the advances are timed.
@@ -86,20 +103,45 @@ async def raw_updates(clients, task_queue: str, sessions: int, per: int) -> floa
     return sessions * per / elapsed
 
 
-async def start_sessions(pgs: list[PhasegateClient], n: int) -> list[str]:
+class Kind:
+    """What the sessions run: the synthetic bench_v1, or spec_execution_v1 over SPEC."""
+
+    def __init__(self, workflow_type: str, root: Path) -> None:
+        self.workflow_type = workflow_type
+        self.workspace: Path | None = None
+        self.options = SessionOptions()
+        if workflow_type == "spec_execution_v1":
+            self.workspace = workspace_for(workflow_type, root)
+            shutil.copyfile(SPEC, self.workspace / SPEC.name)
+            self.options = SessionOptions(spec_path=str(self.workspace / SPEC.name))
+
+    @property
+    def target(self) -> str:
+        return str(self.workspace or "/tmp")
+
+
+async def start_sessions(pgs: list[PhasegateClient], n: int, kind: Kind) -> list[str]:
     sem = asyncio.Semaphore(50)
 
     async def one(i: int) -> str:
         async with sem:
-            return await pgs[i % len(pgs)].start("bench_v1", "/tmp")
+            return await pgs[i % len(pgs)].start(
+                kind.workflow_type, kind.target, options=kind.options
+            )
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def main(sessions: int, phases: int, prefetch: bool = True) -> None:
+async def main(
+    sessions: int, phases: int, prefetch: bool = True, workflow_type: str = "bench_v1"
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         library = Path(tmp) / "library"
         write_library(library, phases)
+        kind = Kind(workflow_type, Path(tmp))
+        if kind.workspace is not None:
+            library = Path(SHIPPED_LIBRARY)
+            phases = 7  # the raw baseline: as many updates per session as submissions
         task_queue = f"bench-{uuid.uuid4().hex[:6]}"
         async with await bench_environment() as env:
             worker = start_bench_worker(
@@ -107,7 +149,7 @@ async def main(sessions: int, phases: int, prefetch: bool = True) -> None:
                 task_queue,
                 str(library),
                 tmp,
-                {"prefetch": prefetch},
+                {"prefetch": prefetch, "allow_unsigned_approvals": True},
             )
             try:
                 # Agents are separate programs: one connection per 50 of them (a single
@@ -119,7 +161,7 @@ async def main(sessions: int, phases: int, prefetch: bool = True) -> None:
                 ]
                 pgs = [PhasegateClient(c, task_queue) for c in clients]
                 print(
-                    f"{sessions} concurrent sessions x {phases} phases, prefetch "
+                    f"{sessions} concurrent {workflow_type} sessions x {phases} phases, prefetch "
                     f"{'on' if prefetch else 'off'}",
                     flush=True,
                 )
@@ -130,7 +172,7 @@ async def main(sessions: int, phases: int, prefetch: bool = True) -> None:
                     ("advances, query first:    ", QueryEveryPhase),
                 ):
                     try:
-                        rate, calls = await walk_all(pgs, agent_cls, sessions)
+                        rate, calls = await walk_all(pgs, agent_cls, sessions, kind)
                     except Exception as exc:  # noqa: BLE001 - a figure of its own: say why
                         print(f"{label}failed: {exc}", flush=True)
                         continue
@@ -149,5 +191,6 @@ if __name__ == "__main__":
     parser.add_argument(
         "--no-prefetch", action="store_true", help="the worker renders each phase at its advance"
     )
+    parser.add_argument("--workflow", choices=["bench_v1", "spec_execution_v1"], default="bench_v1")
     args = parser.parse_args()
-    _common.run(main(args.sessions, args.phases, not args.no_prefetch))
+    _common.run(main(args.sessions, args.phases, not args.no_prefetch, args.workflow))
