@@ -151,7 +151,8 @@ class StepGraph:
         if self._inline and renders_inline(req.actions):
             # Substitutions only: rendered here, so a report's answer waits for no
             # local activity (and history keeps no copy of the text).
-            text = render_actions(req)
+            with workflow.unsafe.sandbox_unrestricted():  # Jinja2 compiles under a lock
+                text = render_actions(req)
         else:
             text = await workflow.execute_local_activity_method(
                 StepHandlerActivities.render_step,
