@@ -226,6 +226,9 @@ def _description(text: str) -> str:
 
 
 _ENV = SandboxedEnvironment(autoescape=False, undefined=StrictUndefined)
+# Compile once at import: the modules a render needs (jinja2.runtime, the compiler) load
+# here, with this module, not later inside a workflow's sandbox (``StepGraph`` renders).
+_ENV.from_string("{{ warm | default('') }}").render(warm="")
 INLINE_TEMPLATE_CHARS = 4000
 
 
