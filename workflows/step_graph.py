@@ -151,7 +151,9 @@ class StepGraph:
         if self._inline and renders_inline(req.actions):
             # Substitutions only: rendered here, so a report's answer waits for no
             # local activity (and history keeps no copy of the text).
-            with workflow.unsafe.sandbox_unrestricted():  # Jinja2 compiles under a lock
+            # Jinja2 compiles under a lock and imports its compiler lazily: both as on
+            # the host (the render itself is pure string work).
+            with workflow.unsafe.sandbox_unrestricted(), workflow.unsafe.imports_passed_through():
                 text = render_actions(req)
         else:
             text = await workflow.execute_local_activity_method(
