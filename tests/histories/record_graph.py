@@ -1,8 +1,10 @@
 """Record StepGraph histories for the replay test (tests/test_step_graph.py).
 
-    .venv/bin/python tests/histories/record_graph.py
+    .venv/bin/python tests/histories/record_graph.py [PREFIX]
 
-Keep what older code recorded; record again only scenarios you add. It starts its own
+Keep what older code recorded; record again only scenarios you add, or with a PREFIX
+(``inline_``: the runs recorded after ``graph-render-inline``) so both branches of a
+``workflow.patched`` change keep a history. It starts its own
 dev server and worker, runs each scenario to its end and writes every run's history
 to ``graph_runs/<scenario>--<workflow id>[--run N].json``.
 """
@@ -49,7 +51,7 @@ async def _save(graphs: GraphClient, rid: str, name: str) -> None:
         print(f"recorded {name}--{rid}{suffix}.json ({len(history.events)} events)")
 
 
-async def main() -> None:
+async def main(prefix: str = "") -> None:
     OUT.mkdir(exist_ok=True)
     home = tempfile.mkdtemp(prefix="phasegate-record-")
     async with await WorkflowEnvironment.start_local(
@@ -82,7 +84,7 @@ async def main() -> None:
                 await graphs.report(rid, StepReport(step_id="research", outcome="ok"))
                 await graphs.report(rid, StepReport(step_id="answer", outcome="ok"))
                 await graphs.result(rid)
-                await _save(graphs, rid, "outside_walk")
+                await _save(graphs, rid, f"{prefix}outside_walk")
 
                 # 2. function handlers looping across continue-as-new
                 spec = {**HANDLED, "continue_as_new_after": 3}
@@ -92,8 +94,8 @@ async def main() -> None:
                     Graph.model_validate(spec), params={"target": 5}, run_id="graph-loop"
                 )
                 await graphs.result(rid)
-                await _save(graphs, rid, "handler_loop")
+                await _save(graphs, rid, f"{prefix}handler_loop")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(*sys.argv[1:2]))
