@@ -63,7 +63,8 @@ __all__ = ["StepGraph"]
 _RETRY = RetryPolicy(maximum_attempts=3)
 RENDER_INLINE = "graph-render-inline"
 """Patch id: steps read by no one are not rendered; substitution-only actions are
-rendered by the workflow itself."""
+rendered by the workflow itself; PhasegatePhase is the current step's place in the
+graph (was: the path's length, an upsert every step)."""
 # A function handler heartbeats every 2 s: a worker that died mid-step is noticed in 10.
 _HANDLER_HEARTBEAT = timedelta(seconds=10)
 
@@ -305,7 +306,13 @@ class StepGraph:
         state = self._state
         if state is None:
             return
-        self._publisher.attributes(state.graph.name, state.path_total, state.status)
+        # PhasegatePhase: the current step's place in the graph (an upsert only when the
+        # run moves to another step; a loop on one step writes nothing).
+        ids = [s.id for s in state.graph.steps]
+        place = ids.index(state.current) if state.current in ids else len(ids)
+        if not self._inline:  # runs recorded before: the path's length
+            place = state.path_total
+        self._publisher.attributes(state.graph.name, place, state.status)
         self._publisher.details(details_markdown(state))
 
 
