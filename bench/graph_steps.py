@@ -13,9 +13,8 @@ another (``_orch_baseline.RawActivitiesWorkflow``):
   pairs, as it reads and works the step it got;
 - function step: a graph whose one step is worked by the shipped handler
   ``phasegate.agents.graph_handlers:assess_confidence`` (always allowed) and
-  iterates to itself until ``max_rounds``: one step is the handler activity, the
-  sandboxed render of the step's actions (a local activity) and the workflow task
-  between, measured from the server's history as the time from one
+  iterates to itself until ``max_rounds``: one step is the handler activity and the
+  workflow task between (runs since graph-render-inline render no step no one reads), measured from the server's history as the time from one
   ``run_step_function`` schedule to the next; the baseline is the same measure
   between trivial activities (``_orch_baseline.RawActivitiesWorkflow``);
 - history: bytes of a run's events per step, leaving out the first event (the start
@@ -297,7 +296,7 @@ async def main(steps: int, warmup: int, think: float) -> dict[str, float]:
     )
     print(
         f"  function-handler step     p50 {ms(f['function_step_p50'])}   "
-        f"p95 {ms(f['function_step_p95'])}   (handler activity + render local activity + "
+        f"p95 {ms(f['function_step_p95'])}   (handler activity + "
         "workflow task)"
     )
     print(
