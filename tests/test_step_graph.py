@@ -364,3 +364,45 @@ def test_an_agent_step_gets_graph_instructions_not_the_orchestration_prompt() ->
     none = StepHandlerActivities(library_paths=[SHIPPED_LIBRARY])
     refused = none.prepare(GraphPrepare(graph=graph, sha256=graph.sha256()))
     assert "no model for the reviewer agent" in refused.problems[0]
+
+
+async def test_a_step_dispatches_a_gated_session_and_takes_its_end(
+    env, settings_for, run_worker, tmp_path: Path
+) -> None:
+    from phasegate.client.api import PhasegateClient
+    from phasegate.testing import ScriptedAgent, unsigned_approver
+
+    spec = {
+        "name": "dispatch",
+        "entry": "build",
+        "steps": [
+            {
+                "id": "build",
+                "title": "Build it through a gated session",
+                "handler": {"session": "mini_v1"},
+                "next": {"ok": "ship", "fail": None},
+            },
+            {"id": "ship", "title": "Ship"},
+        ],
+    }
+    settings = settings_for(Path(__file__).parent / "fixtures" / "library")
+    async with run_worker(settings):
+        graphs = GraphClient(env.client, settings.task_queue)
+        rid = await graphs.start(Graph.model_validate(spec), target=str(tmp_path))
+        child = f"{rid}--build-1"
+        pg = PhasegateClient(env.client, settings.task_queue)
+        for _ in range(200):  # the graph starts its child once it entered the step
+            try:
+                await pg.wait_started(child, timeout=30)
+                break
+            except Exception:  # not there yet
+                await asyncio.sleep(0.05)
+        # The child is an ordinary gated session: its gates and approval decide.
+        view = await ScriptedAgent(pg, approve=unsigned_approver("alice")).walk(child)
+        assert view.status == "completed"
+        step = await _wait_for_step(graphs, rid, "ship")
+        status = await graphs.status(rid)
+    assert step.step_id == "ship" and [(p.step, p.outcome) for p in status.path] == [
+        ("build", "ok")
+    ]
+    assert "session completed" in status.path[0].summary
