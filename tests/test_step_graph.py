@@ -369,7 +369,10 @@ def test_an_agent_step_gets_graph_instructions_not_the_orchestration_prompt() ->
 async def test_a_step_dispatches_a_gated_session_and_takes_its_end(
     env, settings_for, run_worker, tmp_path: Path
 ) -> None:
+    from temporalio.service import RPCError
+
     from phasegate.client.api import PhasegateClient
+    from phasegate.domain.errors import PhasegateError
     from phasegate.testing import ScriptedAgent, unsigned_approver
 
     spec = {
@@ -395,7 +398,7 @@ async def test_a_step_dispatches_a_gated_session_and_takes_its_end(
             try:
                 await pg.wait_started(child, timeout=30)
                 break
-            except Exception:  # not there yet
+            except (PhasegateError, RPCError):  # not there yet
                 await asyncio.sleep(0.05)
         # The child is an ordinary gated session: its gates and approval decide.
         view = await ScriptedAgent(pg, approve=unsigned_approver("alice")).walk(child)
