@@ -32,6 +32,7 @@ from phasegate.domain.graph.activities import (
 from phasegate.domain.graph.messages import GraphSetup
 from phasegate.domain.graph.model import Graph, Handler
 from phasegate.domain.graph.state import GraphState, HandlerOutcome
+from phasegate.domain.graph.validate import validate
 from phasegate.domain.signing import ApproverKey
 from phasegate.temporal import application_error
 
@@ -138,6 +139,8 @@ class StepHandlerActivities:
         ]
         if digest := GraphState.digest_problem(req.graph, req.sha256):
             problems.insert(0, digest)
+        # A run started from an SDK skips `phasegate graph check`: the worker checks too.
+        problems[:0] = [str(p) for p in validate(req.graph)]
         agents = [s for s in req.graph.steps if s.handler.kind == "agent"]
         subgraphs: dict[str, Graph] = {}
         for step in req.graph.steps:

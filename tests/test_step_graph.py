@@ -409,3 +409,22 @@ async def test_a_step_dispatches_a_gated_session_and_takes_its_end(
         ("build", "ok")
     ]
     assert "session completed" in status.path[0].summary
+
+
+async def test_a_graph_started_past_graph_check_is_validated_by_the_worker(
+    graphs: GraphClient,
+) -> None:
+    broken = Graph.model_validate(
+        {
+            "name": "broken",
+            "entry": "a",
+            "steps": [
+                {"id": "a", "title": "A", "next": {"ok": "nowhere"}},
+                {"id": "b", "title": "B"},
+            ],
+        }
+    )
+    rid = await graphs.start(broken)  # a raw SDK start: no `phasegate graph check` ran
+    with pytest.raises(GraphInvalid) as err:
+        await graphs.result(rid)
+    assert "unknown_target" in str(err.value) and "unreachable_step" in str(err.value)
