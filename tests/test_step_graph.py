@@ -428,3 +428,31 @@ async def test_a_graph_started_past_graph_check_is_validated_by_the_worker(
     with pytest.raises(GraphInvalid) as err:
         await graphs.result(rid)
     assert "unknown_target" in str(err.value) and "unreachable_step" in str(err.value)
+
+
+async def test_a_step_gate_checks_the_workspace_before_the_step_ends(
+    graphs: GraphClient, tmp_path: Path
+) -> None:
+    spec = {
+        "name": "written",
+        "entry": "write",
+        "steps": [
+            {
+                "id": "write",
+                "title": "Write the notes",
+                "gate": {
+                    "fields": {"notes_path": {"type": "string", "required": True}},
+                    "verify": [
+                        {"name": "notes", "kind": "file_exists", "path": "{{ evidence.notes_path | path }}"}
+                    ],
+                },
+            }
+        ],
+    }  # fmt: skip
+    rid = await graphs.start(Graph.model_validate(spec), target=str(tmp_path))
+    claim = StepReport(step_id="write", outcome="ok", evidence={"notes_path": "NOTES.md"})
+    refused = await graphs.report(rid, claim)  # the agent claims a file it never wrote
+    assert not refused.accepted and refused.problems[0].field == "verify:notes"
+    (tmp_path / "NOTES.md").write_text("done\n")
+    assert (await graphs.report(rid, claim.model_copy(update={"report_id": None}))).accepted
+    assert (await graphs.result(rid)).status == "completed"

@@ -21,12 +21,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from phasegate.activities._verify_local import LocalChecks
     from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
     from phasegate.activities.step_handlers import (
         StepHandlerActivities,
         render_actions,
         renders_inline,
     )
+    from phasegate.activities.verify import VerifyActivities
     from phasegate.domain.errors import GraphFailed, GraphInvalid, SessionError, SessionNotActive
     from phasegate.domain.graph.activities import (
         FunctionRequest,
@@ -53,9 +55,19 @@ with workflow.unsafe.imports_passed_through():
         RunHandler,
     )
     from phasegate.domain.graph.views import details_markdown
+    from phasegate.domain.session.checking import verify_unavailable
     from phasegate.domain.session.messages import SessionOptions, SessionSummary, StartSession
+    from phasegate.domain.settings import verify_task_queue
+    from phasegate.domain.verify import (
+        VerifyReport,
+        VerifyRequest,
+        VerifyResult,
+        budget_seconds,
+        reads_only,
+    )
+    from phasegate.domain.verify_contain import checked_report
     from phasegate.temporal import application_error
-    from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready
+    from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready, refuse
     from phasegate.workflows.gated_session import GatedSession
 
 __all__ = ["StepGraph"]
@@ -81,6 +93,7 @@ class StepGraph:
         self._changes = 0
         self._publisher = Publisher()
         self._inline = False
+        self._verifying = False
 
     @workflow.run
     async def run(self, start: StartGraph) -> GraphSummary:
@@ -261,14 +274,62 @@ class StepGraph:
 
     @workflow.update
     async def report_step(self, report: StepReport) -> ReportResult:
-        """An outside agent ends the step it is on (or asks a person)."""
-        result = self._ready().apply_report(report, workflow.now())
+        """An outside agent ends the step it is on (or asks a person); a gate with
+        workspace checks runs them first (they must pass, like its fields)."""
+        state = self._ready()
+        request = state.verify_request(report, workflow.info().workflow_id)
+        verify = await self._verify(request) if request is not None else []
+        result = state.apply_report(report, workflow.now(), verify=verify)
         self._changed()
         return result
 
     @report_step.validator
     def _validate_report(self, report: StepReport) -> None:
-        check(self._ready().check_report(report))
+        state = self._ready()
+        check(state.check_report(report))
+        if self._verifying:  # refused, not queued: the step may end meanwhile
+            raise refuse(
+                SessionNotActive(
+                    "a report of this step is being checked against the workspace; wait "
+                    "for its result",
+                    hint="report again once `phasegate graph show RUN` shows the step",
+                )
+            )
+
+    async def _verify(self, request: VerifyRequest) -> list[VerifyResult]:
+        """The gate's workspace checks, as a session runs them: reading checks on this
+        worker where it runs them (a local activity), commands on the verify queue; a
+        check that cannot run is a failed check."""
+        self._verifying = True
+        timeout = timedelta(seconds=budget_seconds(request.checks) + 60)
+        try:
+            report: VerifyReport | None = None
+            if reads_only(request.checks):
+                report = await workflow.execute_local_activity_method(
+                    LocalChecks.run_checks_here,
+                    request,
+                    start_to_close_timeout=timeout,
+                    retry_policy=_RETRY,
+                    summary="check the step's evidence",
+                )
+            if report is None:
+                report = await workflow.execute_activity_method(
+                    VerifyActivities.run_verify_checks,
+                    request,
+                    task_queue=verify_task_queue(workflow.info().task_queue),
+                    start_to_close_timeout=timeout,
+                    heartbeat_timeout=timedelta(seconds=10),
+                    retry_policy=_RETRY,
+                    summary="check the step's evidence",
+                )
+        except ActivityError as exc:
+            return verify_unavailable(str(getattr(exc.cause, "message", exc.cause or exc)))
+        finally:
+            self._verifying = False
+        results = checked_report(request.checks, report.results)
+        if results is None:
+            return verify_unavailable("the verify report does not answer the gate's checks")
+        return results
 
     @workflow.update
     async def answer(self, ans: GraphAnswer) -> GraphView:

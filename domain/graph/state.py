@@ -48,6 +48,8 @@ from phasegate.domain.graph.messages import (
     StepView,
 )
 from phasegate.domain.graph.model import NEEDS_INPUT, Finding, Graph, StepDef
+from phasegate.domain.session.checking import with_verify
+from phasegate.domain.verify import VerifyRequest, VerifyResult
 
 __all__ = [
     "DEFAULT_VISIT_CAP",
@@ -286,9 +288,36 @@ class GraphState(BaseModel):
             )
         return self._outcome_problem(step, report.outcome, report.state, report.questions)
 
-    def apply_report(self, report: StepReport, now: datetime, actor: str = "agent") -> ReportResult:
+    def verify_request(self, report: StepReport, run_key: str) -> VerifyRequest | None:
+        """The workspace checks a report must pass besides its gate's fields (the gate's
+        ``verify``), or None: no gate, no checks, a repeat, or the fields already fail."""
+        step = self.step()
+        if (
+            step is None
+            or step.gate is None
+            or not step.gate.verify
+            or report.outcome == NEEDS_INPUT
+            or (report.report_id is not None and report.report_id in self.reports)
+            or not evaluate_gate(step.gate, report.evidence or {}).passed
+        ):
+            return None
+        return VerifyRequest(
+            workspace=self.target,
+            checks=step.gate.verify,
+            evidence=report.evidence or {},
+            session_id=run_key,
+            target=self.target,
+        )
+
+    def apply_report(
+        self,
+        report: StepReport,
+        now: datetime,
+        actor: str = "agent",
+        verify: list[VerifyResult] | None = None,
+    ) -> ReportResult:
         """Record a checked report: the step ends (or asks), unless its evidence fails the
-        step's gate (then nothing moves and the problems come back)."""
+        step's gate or a workspace check (then nothing moves and the problems come back)."""
         if report.report_id and report.report_id in self.reports:
             return self.reports[report.report_id]
         step = self.step()
@@ -297,7 +326,7 @@ class GraphState(BaseModel):
             accepted=True, step_id=step.id, outcome=report.outcome, report_id=report.report_id
         )
         if step.gate is not None and report.outcome != NEEDS_INPUT:
-            verdict = evaluate_gate(step.gate, report.evidence or {})
+            verdict = with_verify(evaluate_gate(step.gate, report.evidence or {}), verify or [])
             result.warnings = verdict.warnings
             if not verdict.passed:
                 result = result.model_copy(
