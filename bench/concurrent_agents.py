@@ -36,6 +36,7 @@ from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.domain.settings import Settings
 from phasegate.temporal import SHIPPED_LIBRARY, connect
 from phasegate.testing import (
+    EvidenceTable,
     ScriptedAgent,
     complete_evidence,
     known_good,
@@ -66,7 +67,7 @@ async def walk_all(
 ) -> tuple[float, float]:
     """Start ``n`` sessions, walk them all at once; (advances/s, calls per advance)."""
     sids = await start_sessions(pgs, n, kind)
-    evidence = known_good(kind.workflow_type) if kind.workspace else {"*": _evidence}
+    evidence: EvidenceTable = known_good(kind.workflow_type) if kind.workspace else {"*": _evidence}
     approve = unsigned_approver("lead")
     agents = [agent_cls(pgs[i % len(pgs)], evidence, approve=approve) for i in range(n)]
     began = time.perf_counter()
