@@ -7,7 +7,9 @@ write them as prose, and spec-kit's tasks.md keeps them in a trailing section:
   ``Depends on: T001, T002``, ``requires T001``, ``blocked by T001``;
 - in a section titled Dependencies / Execution Order (any level; its code blocks
   are skipped): ``T008 blocks T009, T015``, ``T010 depends on T008``,
-  ``Tests (T004-T007) before implementation (T008-T014)``, ``T001 → T002 → T003``.
+  ``Tests (T004-T007) before implementation (T008-T014)``, ``T001 → T002 → T003``,
+  ``After T011-T012 land, T014 can run ...``, ``T016 and T017 can proceed ... once
+  ... from T015 is defined``.
 
 Only ids of tasks that exist are linked (ranges expand to the existing ids between
 their ends); dotted ids (``1.2``) count in prose only after "task" or a strong verb
@@ -42,6 +44,8 @@ _NEEDS = re.compile(
     rf"(?P<a>{_IDS})\)?[^.;]*?\b(?:{_STRONG}|after|needs?)\s*:?\s*(?P<b>{_IDS})", re.IGNORECASE
 )
 _BEFORE = re.compile(rf"(?P<a>{_IDS})\)?[^.;]*?\bbefore\b[^.;(]*\(?(?P<b>{_IDS})", re.IGNORECASE)
+_AFTER_LEAD = re.compile(rf"\bafter\s+(?P<b>{_IDS})\b[^,.;]*,\s*(?P<a>{_IDS})", re.IGNORECASE)
+_ONCE = re.compile(rf"(?P<a>{_IDS})\)?[^.;]*?\bonce\b[^.;]*?\b(?P<b>{_IDS})", re.IGNORECASE)
 _ARROW = re.compile(rf"{_T_ID}(?:\s*(?:→|->|⟶|=>)\s*{_T_ID})+")
 _ONE = re.compile(rf"(?P<lo>{_ID})(?:{_RANGE_SEP}(?P<hi>{_ID}))?", re.IGNORECASE)
 _NUM = re.compile(r"^(?P<pre>T-?|P\d+-T)(?P<n>\d+)$")
@@ -116,6 +120,10 @@ def _statements(text: str, ids: Ids) -> Iterable[tuple[list[str], list[str], set
             yield ids.expand(m["b"]), ids.expand(m["a"]), ids.missing(m["a"], m["b"])
     for m in _BEFORE.finditer(text):
         yield ids.expand(m["a"]), ids.expand(m["b"]), ids.missing(m["a"], m["b"])
+    for m in _AFTER_LEAD.finditer(text):  # "After T011-T012 land, T014 can run ..."
+        yield ids.expand(m["b"], dotted=False), ids.expand(m["a"]), ids.missing(m["a"], m["b"])
+    for m in _ONCE.finditer(text):  # "T016 and T017 can proceed ... once ... T015 ..."
+        yield ids.expand(m["b"]), ids.expand(m["a"]), ids.missing(m["a"], m["b"])
     for m in _ARROW.finditer(text):
         chain = re.findall(_T_ID, m.group(0))
         for a, b in pairwise(chain):

@@ -77,6 +77,7 @@ _LABEL_KINDS: dict[str, str] = {
     "requirements": "reqs",
     "requirements satisfied": "reqs",
     "requirement": "reqs",
+    "validates": "reqs",  # Kiro property-test tasks: **Validates: Requirements 1.6**
     "description": "desc",
     "details": "desc",
     "status": "status",
@@ -98,7 +99,7 @@ _STATUS_WORDS: dict[str, TaskStatus] = {
 _CODE_SPAN = re.compile(r"(`[^`]*`)")
 _GATE_PHASE = re.compile(r"phase\s+(\d{1,9})(?![.\d])", re.IGNORECASE)
 _VALUE_SEP = re.compile(r"\s*[,;]\s*|\s+and\s+")
-_TASK_WORD = re.compile(r"^tasks?\s+", re.IGNORECASE)
+_TASK_WORD = re.compile(r"^(?:tasks?|requirements?)\s+", re.IGNORECASE)
 _NON_PHASE_SECTION = re.compile(
     r"\b(summary|notes?|dependenc|execution order|implementation strategy|parallel|risks?"
     r"|references?|appendix|overview|format|conventions|glossary|questions|success criteria"
@@ -285,7 +286,7 @@ def strip_checkbox(text: str) -> str:
 
 
 def split_values(value: str) -> list[str]:
-    """``"1.1, 2.3"`` -> ``["1.1", "2.3"]``; markup and a leading "Task" are dropped."""
+    """``"1.1, 2.3"`` -> ``["1.1", "2.3"]``; markup and a leading "Task" / "Requirements" are dropped."""
     out: list[str] = []
     for part in _VALUE_SEP.split(value):
         part = _TASK_WORD.sub("", part.strip().strip("*_`").strip())
