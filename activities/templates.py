@@ -9,6 +9,7 @@ costs only the render itself.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from pathlib import Path
@@ -42,6 +43,11 @@ LEGACY_PLACEHOLDERS = (
 _LEGACY = re.compile(r"\[(" + "|".join(LEGACY_PLACEHOLDERS) + r")\]")
 
 
+def _tojson(value: Any, indent: int | None = None) -> str:
+    """JSON as written: non-ASCII kept, nothing escaped for HTML."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, indent=indent)
+
+
 class Renderer:
     """Compiles and renders templates from files; thread-safe, caches compiled templates."""
 
@@ -49,8 +55,11 @@ class Renderer:
         self._env = SandboxedEnvironment(
             autoescape=False, keep_trailing_newline=True, undefined=StrictUndefined
         )
-        # `| tojson` keeps names as written: "🎯 MVP", not "\ud83c\udfaf MVP".
+        # `| tojson` keeps names as written: "🎯 MVP", not "\ud83c\udfaf MVP", and "Polish &
+        # Cross-Cutting Concerns", not "\u0026" (Jinja's own filter escapes <>&' for HTML
+        # <script> tags; phase content is markdown for an agent, rendered unescaped).
         self._env.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii": False}
+        self._env.filters["tojson"] = _tojson
         self._cache: dict[tuple[str, int, int], Any] = {}
         self._lock = threading.Lock()
 
