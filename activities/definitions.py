@@ -156,9 +156,11 @@ class DefinitionActivities:
         except PhasegateError as exc:
             raise application_error(exc) from None
         # Warm the phase after this one only where it will be rendered at its advance (a
-        # local activity: prefetch off). A prefetch (a regular activity) is followed by
-        # another prefetch, off the advance's path: warming for it would only spend the
-        # worker's CPU twice, mostly on the phase's context retrieval.
+        # local activity: prefetch off, or a gate whose reading checks render it). A
+        # prefetch (a regular activity) is followed by another prefetch, off the advance's
+        # path: a warm-up only moved that work (mostly context retrieval) into the next
+        # advance's time, and with many sessions (the context cache holds 64 phases) did
+        # it twice.
         if activity.in_activity() and activity.info().is_local:
             self._warm(req.ref, req.index + 1)
         return self.with_context(req.ref, phase)

@@ -258,9 +258,8 @@ class SessionState(BaseModel):
         """A passing checkpoint of the current phase advances at once (no approval, not the
         last phase) and its checks only read: the next phase is rendered by the checks'
         own local activity, once they pass, instead of prefetched or rendered apart."""
-        return (
-            self.verify_reads_only() and not self.requires_approval() and not (self.is_last_phase())
-        )
+        advances_at_once = not self.requires_approval() and not self.is_last_phase()
+        return advances_at_once and self.verify_reads_only()
 
     def verify_timeout(self) -> timedelta:
         """The verify activity's start-to-close budget: every command check's own
