@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import StrictUndefined, pass_eval_context
+from jinja2.sandbox import SandboxedEnvironment, SecurityError
 from pydantic import ValidationError
 from temporalio import activity
 
@@ -228,7 +229,90 @@ def _description(text: str) -> str:
     return ""
 
 
-_ENV = SandboxedEnvironment(autoescape=False, undefined=StrictUndefined)
+MAX_TEMPLATE_INT = 100_000  # the sandbox's own range bound: no call pads or repeats past it
+MAX_TEMPLATE_BITS = 10_000  # an integer a template computes (Python prints 4,300 digits)
+# String methods that pad or repeat to a width the template names (``'x'.ljust(10**9)``) or
+# format with a width inside the string (``'{:>999999999}'.format(1)``).
+_WIDE_FORMAT = re.compile(r"%[-+ #0]*(\*|\d{6,})|%[-+ #0]*\d*\.(\*|\d{6,})")
+_EXPANDING_METHODS = frozenset(
+    {"center", "expandtabs", "format", "format_map", "ljust", "replace", "rjust", "zfill"}
+)
+
+
+class _BoundedEnvironment(SandboxedEnvironment):
+    """The sandbox bounds what a template may *reach*, not what it may *compute*: whoever
+    starts a run (at threat level 2, the agent, from a raw client) writes its templates,
+    and substitution-only ones render inside the workflow's own task. So no product,
+    power or call may build a value past a step's size: refused, and the step is served
+    as written with the reason (``render_actions``)."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "%":
+            if isinstance(left, str) and _WIDE_FORMAT.search(left):
+                raise SecurityError("a format width past what a step shows")
+            return super().call_binop(context, operator, left, right)
+        if operator == "**":
+            big = isinstance(right, int) and max(getattr(left, "bit_length", int)(), 1) * right
+            if isinstance(left, int) and big and big > MAX_TEMPLATE_BITS:
+                raise SecurityError("a power past what a step shows")
+            return super().call_binop(context, operator, left, right)
+        for seq, n in ((left, right), (right, left)):
+            if (
+                isinstance(seq, str | list | tuple)
+                and isinstance(n, int)
+                and len(seq) * n > MAX_RENDERED
+            ):
+                raise SecurityError("a repetition past what a step shows")
+        both_int = isinstance(left, int) and isinstance(right, int)
+        if both_int and left.bit_length() + right.bit_length() > MAX_TEMPLATE_BITS:
+            raise SecurityError("a product past what a step shows")
+        return super().call_binop(context, operator, left, right)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, str) and attr in _EXPANDING_METHODS:
+            return False
+        return super().is_safe_attribute(obj, attr, value)
+
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        _bounded_args(args, kwargs)
+        return super().call(context, obj, *args, **kwargs)
+
+
+def _bounded_args(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_TEMPLATE_INT:
+            raise SecurityError(f"an argument over {MAX_TEMPLATE_INT}")
+
+
+def _bounded_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
+    skip = 2 if hasattr(fn, "jinja_pass_arg") else 1  # (context,) the filtered value
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _bounded_args(args[skip:], kwargs)
+        return fn(*args, **kwargs)
+
+    for attr in ("jinja_pass_arg",):  # pass_context / pass_environment markers
+        if hasattr(fn, attr):
+            setattr(bounded, attr, getattr(fn, attr))
+    return bounded
+
+
+def _bounded_replace(eval_ctx: Any, s: Any, old: Any, new: Any, count: Any = None) -> Any:
+    text, old_s, new_s = str(s), str(old), str(new)
+    hits = text.count(old_s) if old_s else len(text) + 1
+    if len(text) + hits * len(new_s) > MAX_RENDERED * 2:
+        raise SecurityError("a replacement past what a step shows")
+    return _REPLACE(eval_ctx, s, old, new, count)
+
+
+_ENV = _BoundedEnvironment(autoescape=False, undefined=StrictUndefined)
+_ENV.globals.pop("lipsum", None)  # up to any number of paragraphs
+_ENV.filters.pop("format", None)  # a width inside the string: '%0999999999d'|format(1)
+_REPLACE = _ENV.filters["replace"]
+_ENV.filters = {name: _bounded_filter(fn) for name, fn in _ENV.filters.items()}
+_ENV.filters["replace"] = _bounded_filter(pass_eval_context(_bounded_replace))
 # Compile once at import: the modules a render needs (jinja2.runtime, the compiler) load
 # here, with this module, not later inside a workflow's sandbox (``StepGraph`` renders).
 _ENV.from_string("{{ warm | default('') }}").render(warm="")
@@ -255,7 +339,20 @@ def render_actions(req: RenderStepRequest) -> str:
         "step": req.step_id,
     }
     try:
-        text = _ENV.from_string(req.actions).render(**context)
-    except TemplateError as exc:
-        return f"(the actions could not be rendered: {exc})\n\n{req.actions}"
+        # Streamed: a template stops where a step's text is long enough (a loop that
+        # writes on and on is cut there, not run to its end).
+        parts: list[str] = []
+        size = 0
+        for part in _ENV.from_string(req.actions).generate(**context):
+            parts.append(part)
+            size += len(part)
+            if size >= MAX_RENDERED:
+                break
+        text = "".join(parts)
+    except Exception as exc:  # noqa: BLE001 — any failure: served as written, never raised
+        # Not only TemplateError: ``100 // state.n`` with n = 0 (the agent's state) raises
+        # ZeroDivisionError; raised inside the workflow's task it would fail the task on
+        # every retry and wedge the run.
+        reason = f"{type(exc).__name__}: {exc}"[:500]
+        return f"(the actions could not be rendered: {reason})\n\n{req.actions}"
     return text[:MAX_RENDERED]

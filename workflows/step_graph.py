@@ -77,6 +77,9 @@ RENDER_INLINE = "graph-render-inline"
 """Patch id: steps read by no one are not rendered; substitution-only actions are
 rendered by the workflow itself; PhasegatePhase is the current step's place in the
 graph (was: the path's length, an upsert every step)."""
+CONTINUE_WHEN_SUGGESTED = "graph-continue-when-suggested"
+"""Patch id: a run waiting for a report or an answer continues as new when the server
+suggests it (was: it spun on the suggestion; no recorded run got there and went on)."""
 # A function handler heartbeats every 2 s: a worker that died mid-step is noticed in 10.
 _HANDLER_HEARTBEAT = timedelta(seconds=10)
 
@@ -113,6 +116,14 @@ class StepGraph:
             elif isinstance(action, RunHandler):
                 await self._run_handler(state, action)
             else:  # WaitReport, WaitAnswer: an update moves the run on
+                if workflow.info().is_continue_as_new_suggested() and workflow.patched(
+                    CONTINUE_WHEN_SUGGESTED
+                ):
+                    # Reports the gate refuses still fill history (an agent can send
+                    # many, evidence up to 256 KB each); waiting on would spin on the
+                    # server's suggestion (the wait's condition stays true) and wedge.
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(start.model_copy(update={"carried": state.carry()}))
                 await self._next_change()
 
     async def _next_change(self) -> None:

@@ -18,6 +18,7 @@ Pure: no I/O, no clock (callers pass ``now``).
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,7 @@ from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.graph import views
 from phasegate.domain.graph.args import arg_problem
 from phasegate.domain.graph.messages import (
+    MAX_STATE_BYTES,
     GraphAnswer,
     GraphSetup,
     GraphStatus,
@@ -71,6 +73,7 @@ STEPS_BEFORE_CONTINUE = 200  # Graph.continue_as_new_after's default
 MAX_PATH = 500  # path entries kept (the total is counted; history holds them all)
 MAX_REPORTS = 200  # answers remembered for repeated report ids
 MAX_NONCES = 2000
+MAX_TOTAL_STATE_BYTES = 4 * MAX_STATE_BYTES  # the whole step state, as compact JSON
 WORKER = "phasegate:worker"  # who ended a step a worker-run handler worked
 
 
@@ -454,7 +457,8 @@ class GraphState(BaseModel):
         self, step: StepDef, outcome: str, values: dict[str, Any], questions: list[Question]
     ) -> PhasegateError | None:
         if outcome == NEEDS_INPUT:
-            return self._questions_problem(step, questions)
+            # Its state changes are kept too (``_end_step``): held to the same declarations.
+            return self._questions_problem(step, questions) or self._state_problem(values)
         if questions:
             return SessionError("questions go with the needs_input outcome only", where="questions")
         allowed = step.possible_outcomes()
@@ -478,6 +482,15 @@ class GraphState(BaseModel):
                 )
             if arg is not None and (reason := arg_problem(arg, value)):
                 return SessionError(reason, where=f"state.{key}")
+        if values and _json_size({**self.values, **values}) > MAX_TOTAL_STATE_BYTES:
+            # Each report is bounded, but new keys add up (a graph without declarations
+            # takes any): the whole state travels in every activity input, query answer
+            # and continue-as-new, all under Temporal's payload limit.
+            return SessionError(
+                f"the step state would grow past {MAX_TOTAL_STATE_BYTES} bytes as JSON",
+                where="state",
+                hint="replace earlier values instead of adding new keys",
+            )
         return None
 
     def _questions_problem(self, step: StepDef, questions: list[Question]) -> PhasegateError | None:
@@ -595,3 +608,7 @@ class GraphState(BaseModel):
             self.reports[result.report_id] = result
             while len(self.reports) > MAX_REPORTS:
                 del self.reports[next(iter(self.reports))]
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
