@@ -226,3 +226,20 @@ def test_fmt_skip_marks_only_data_tables() -> None:
         }
         squeezed += [f"{path.relative_to(ROOT)}:{n}" for n in sorted(marks - tables)]
     assert not squeezed, "`# fmt: skip` on code, not a data table: " + ", ".join(squeezed)
+
+
+def test_every_package_is_in_the_wheel() -> None:
+    """pyproject lists the packages by hand (the repository root is the package): a new
+    folder left out installs nowhere and the installed CLI fails to import."""
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    skip = {"tests", "bench", "examples", "library", "docs", "deploy", ".venv", ".tools"}
+    tops = [d for d in ROOT.iterdir() if d.is_dir() and d.name not in skip]
+    found = {"phasegate"} | {
+        "phasegate" + "".join("." + part for part in init.parent.relative_to(ROOT).parts)
+        for top in tops
+        for init in top.rglob("__init__.py")
+    }
+    assert found <= listed, f"add to pyproject [tool.setuptools] packages: {sorted(found - listed)}"
