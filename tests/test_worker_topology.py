@@ -16,6 +16,7 @@ from topology_helpers import CliWorker, pending_activities, until, write_library
 from phasegate.client.api import PhasegateClient
 from phasegate.client.cli import main as cli_main
 from phasegate.domain.errors import PhasegateError
+from phasegate.domain.session.messages import SessionOptions
 from phasegate.domain.settings import verify_task_queue
 from phasegate.worker import PhasegateWorkers, build_worker
 
@@ -168,18 +169,21 @@ def _activities(history) -> tuple[list[tuple[str, str]], list[str]]:
     return scheduled, local
 
 
-async def test_reading_checks_run_on_the_session_worker(env, settings_for, run_worker, tmp_path):
+@pytest.mark.parametrize("prefetch", [True, False])
+async def test_reading_checks_run_on_the_session_worker(
+    env, settings_for, run_worker, tmp_path, prefetch
+):
     """With the verify worker in the same process, checks that only read the workspace run
-    as a local activity of the session's worker, which, once they pass, also renders the
-    phase the session enters (so that phase is not prefetched); a command in the gate
-    sends the whole gate to the verify queue."""
+    as a local activity of the session's worker; without prefetch, that activity also
+    renders the phase a passing checkpoint enters (one local activity per advance); a
+    command in the gate sends the whole gate to the verify queue."""
     lib = write_library(tmp_path / "lib", "reads_v1", 3, {0: [FILE, LISTED], 1: [FILE, QUICK]})
     ws = tmp_path / "ws"
     ws.mkdir()
     async with run_worker(settings_for(lib)) as workers:
         queue = workers.task_queues[0]
         pg = PhasegateClient(env.client, queue)
-        sid = await pg.start("reads_v1", str(ws))
+        sid = await pg.start("reads_v1", str(ws), options=SessionOptions(prefetch=prefetch))
         missing = await pg.submit(sid, 0, {"done": True})
         assert not missing.passed and missing.next_phase is None
         assert [(r.name, r.passed) for r in missing.verify] == [("notes", False), ("listed", False)]
@@ -189,22 +193,25 @@ async def test_reading_checks_run_on_the_session_worker(env, settings_for, run_w
         assert passed.passed and [r.passed for r in passed.verify] == [True, True]
         assert passed.next_phase is not None and passed.next_phase.phase == 1
         scheduled, local = _activities(await pg.handle(sid).fetch_history())
-        assert [name for name, _ in scheduled] == ["load_session", "render_phase"]  # phase 2
-        assert local == ["check_and_render_here"] * 2
+        if prefetch:  # phases 1 and 2 prefetched; the checks alone run here
+            assert [name for name, _ in scheduled] == ["load_session", *["render_phase"] * 2]
+            assert local == ["run_checks_here"] * 2
+        else:  # phase 1 rendered by the checks that let the session enter it
+            assert [name for name, _ in scheduled] == ["load_session"]
+            assert local == ["check_and_render_here"] * 2
         mixed = await pg.submit(sid, 1, {"done": True})  # a command: the verify queue
         assert mixed.passed and [r.name for r in mixed.verify] == ["notes", "quick"]
         scheduled, local = _activities(await pg.handle(sid).fetch_history())
-        assert scheduled[-1] == ("run_verify_checks", verify_task_queue(queue))
-        assert len(local) == 2
+        assert ("run_verify_checks", verify_task_queue(queue)) in scheduled
 
 
+@pytest.mark.parametrize("prefetch", [True, False])
 async def test_a_session_worker_without_checks_sends_reading_checks_to_the_verify_queue(
-    env, settings_for, executor, tmp_path
+    env, settings_for, executor, tmp_path, prefetch
 ):
     """``--no-verify`` (the sealed deployment's session worker, which must not read the
     agent's workspace): the local activity answers that it runs no checks, the checks go
-    to the verify queue, and later checkpoints of the run go there directly (and their
-    next phases are prefetched again)."""
+    to the verify queue, and later checkpoints of the run go there directly."""
     lib = write_library(tmp_path / "lib", "reads_v1", 3, {0: [FILE], 1: [FILE]})
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -214,14 +221,18 @@ async def test_a_session_worker_without_checks_sends_reading_checks_to_the_verif
     checks = build_worker(env.client, settings, executor=executor, main=False)
     async with main, checks:
         pg = PhasegateClient(env.client, settings.task_queue)
-        sid = await pg.start("reads_v1", str(ws))
+        sid = await pg.start("reads_v1", str(ws), options=SessionOptions(prefetch=prefetch))
         for phase in (0, 1):
             result = await pg.submit(sid, phase, {"done": True})
             assert result.passed and result.verify[0].passed, result.problems
         scheduled, local = _activities(await pg.handle(sid).fetch_history())
     verify_queue = verify_task_queue(settings.task_queue)
     assert [q for name, q in scheduled if name == "run_verify_checks"] == [verify_queue] * 2
-    # Asked once this run (the answer, None, is remembered); phase 1 rendered at its
-    # advance, phase 2 prefetched again.
-    assert local == ["check_and_render_here", "render_phase"]
-    assert [name for name, _ in scheduled].count("render_phase") == 1
+    # Asked once this run (the answer, None, is kept); phases 1 and 2 prefetched, or,
+    # without prefetch, rendered at their advances.
+    if prefetch:
+        assert local == ["run_checks_here"]
+        assert [name for name, _ in scheduled].count("render_phase") == 2
+    else:
+        assert local == ["check_and_render_here", "render_phase", "render_phase"]
+        assert [name for name, _ in scheduled].count("render_phase") == 0

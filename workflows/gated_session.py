@@ -70,8 +70,11 @@ __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 _SIGNAL_RETIRED = "checkpoint-signal-retired"
 # Reading checks as a local activity of the session's worker (activities/_verify_local).
 _CHECKS_HERE = "verify-reads-on-session-worker"
-# ... which also render the phase a passing checkpoint enters (no prefetch of it).
+# ... which also render the phase a passing checkpoint enters (no prefetch of it): v1 in
+# every session, v2 only where prefetch is off (a prefetch keeps the render and its big
+# payload off the advance's path, which a render in the checks' activity cannot).
 _RENDER_WITH_CHECKS = "render-with-reading-checks"
+_RENDER_WITH_CHECKS_UNPREFETCHED = "render-with-reading-checks-v2"
 _VERIFY_RETRY = RetryPolicy(maximum_attempts=2, non_retryable_error_types=[VerifyInvalid.code])
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
@@ -392,7 +395,11 @@ class GatedSession:
     def _renders_with_checks(self) -> bool:
         """The checks' local activity renders the phase a passing checkpoint enters."""
         state = self._ready()
-        return state.renders_with_checks() and workflow.patched(_RENDER_WITH_CHECKS)
+        if not state.renders_with_checks():
+            return False
+        if workflow.patched(_RENDER_WITH_CHECKS_UNPREFETCHED):
+            return not state.options.prefetch
+        return workflow.patched(_RENDER_WITH_CHECKS)  # histories of v1
 
     # ---- approvals -----------------------------------------------------
 

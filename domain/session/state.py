@@ -256,8 +256,9 @@ class SessionState(BaseModel):
 
     def renders_with_checks(self) -> bool:
         """A passing checkpoint of the current phase advances at once (no approval, not the
-        last phase) and its checks only read: the next phase is rendered by the checks'
-        own local activity, once they pass, instead of prefetched or rendered apart."""
+        last phase) and its checks only read: the next phase may be rendered by the
+        checks' own local activity, once they pass (the workflow does so in sessions
+        without prefetch), instead of rendered apart."""
         advances_at_once = not self.requires_approval() and not self.is_last_phase()
         return advances_at_once and self.verify_reads_only()
 

@@ -190,7 +190,9 @@ async def _walk_to_phase_1(pg: PhasegateClient, sid: str) -> dict:
     return agent.evidence_for(view)
 
 
-async def _reading_checks(pg: PhasegateClient, home: str, name: str) -> None:
+async def _reading_checks(
+    pg: PhasegateClient, home: str, name: str, *, prefetch: bool = True
+) -> None:
     """A files_exist check (spec_execution_v1's dynamic gate) refusing a missing file,
     then passing; saved as ``name``."""
     ws = workspace_for("spec_execution_v1", Path(home) / name)
@@ -199,7 +201,7 @@ async def _reading_checks(pg: PhasegateClient, home: str, name: str) -> None:
         "spec_execution_v1",
         str(ws),
         session_id=name.replace("_", "-"),
-        options=SessionOptions(spec_path=str(ws / "spec")),
+        options=SessionOptions(spec_path=str(ws / "spec"), prefetch=prefetch),
     )
     await pg.wait_started(sid)
     evidence = await _walk_to_phase_1(pg, sid)
@@ -220,6 +222,13 @@ async def render_with_checks(pg: PhasegateClient, home: str) -> None:
     """Reading checks that also render the phase a passing checkpoint enters, in one local
     activity (render-with-reading-checks): no prefetch of that phase."""
     await _reading_checks(pg, home, "render_with_checks")
+
+
+async def render_with_checks_v2(pg: PhasegateClient, home: str) -> None:
+    """v2: the checks render the next phase only in sessions without prefetch; with
+    prefetch, reading checks alone (run_checks_here) and the phase prefetched."""
+    await _reading_checks(pg, home, "render_with_checks_v2_off", prefetch=False)
+    await _reading_checks(pg, home, "render_with_checks_v2_on")
 
 
 async def verify_elsewhere(pg: PhasegateClient, home: str) -> None:
@@ -244,6 +253,7 @@ SCENARIOS = {
     "carry-proof": carry_proof,
     "verify-here": verify_here,
     "render-with-checks": render_with_checks,
+    "render-with-checks-v2": render_with_checks_v2,
     "verify-elsewhere": verify_elsewhere,
 }
 
