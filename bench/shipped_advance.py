@@ -41,6 +41,7 @@ SPEC = _common.REPO / "tests" / "fixtures" / "tasks" / "real" / "kiro-autism-cen
 """A real Kiro tasks.md of 21 phases: 20 dynamic advances per spec_execution_v1 session."""
 
 EXTRA: dict = {}
+PREFETCH = [True]  # SessionOptions.prefetch of the sessions walked
 WORKFLOWS = ("spec_execution_v1", "production_code_v2", "test_generation_v3")
 
 
@@ -66,10 +67,10 @@ async def walk(
 ) -> None:
     """Start one session and walk it to the end, timing each submission after a raw update."""
     ws = workspace_for(workflow_type, root / uuid.uuid4().hex[:8])
-    options = SessionOptions()
+    options = SessionOptions(prefetch=PREFETCH[0])
     if workflow_type == "spec_execution_v1":
         shutil.copyfile(SPEC, ws / SPEC.name)  # a spec is read from inside the target
-        options = SessionOptions(spec_path=str(ws / SPEC.name))
+        options = SessionOptions(spec_path=str(ws / SPEC.name), prefetch=PREFETCH[0])
     sid = await pg.start(workflow_type, str(ws), options=options)
     await pg.wait_started(sid)
     agent = ScriptedAgent(pg, known_good(workflow_type), approve=unsigned_approver("lead"))
@@ -161,7 +162,7 @@ async def main(sessions: int, think: float, workflows: list[str]) -> dict[str, f
                 await walk(pg, raw, "production_code_v2", tmp, think, Figures())
             print(
                 f"{sessions} sessions of each, walked one at a time; {think * 1000:.0f} ms "
-                "agent think time after each submission",
+                f"agent think time after each submission; prefetch {PREFETCH[0]}",
                 flush=True,
             )
             for workflow_type in workflows:
@@ -181,7 +182,9 @@ if __name__ == "__main__":
     parser.add_argument("--think-ms", type=float, default=50.0)
     parser.add_argument("--workflow", action="append", choices=WORKFLOWS)
     parser.add_argument("--no-context", action="store_true", help="context_k = 0 (no RAG)")
+    parser.add_argument("--no-prefetch", action="store_true", help="sessions without prefetch")
     args = parser.parse_args()
+    PREFETCH[0] = not args.no_prefetch
     if args.no_context:
         EXTRA["context_k"] = 0
     _common.run(main(args.sessions, args.think_ms / 1000, args.workflow or list(WORKFLOWS)))
