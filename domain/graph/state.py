@@ -18,7 +18,6 @@ Pure: no I/O, no clock (callers pass ``now``).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,15 +27,13 @@ from pydantic import BaseModel, Field
 from phasegate.domain.approvals import Deciders, Decision, refusal
 from phasegate.domain.errors import (
     PhasegateError,
-    SessionError,
     SessionNotActive,
     StepSequenceViolation,
 )
 from phasegate.domain.gate_eval import evaluate_gate
-from phasegate.domain.graph import views
+from phasegate.domain.graph import checks, views
 from phasegate.domain.graph.args import arg_problem
 from phasegate.domain.graph.messages import (
-    MAX_STATE_BYTES,
     GraphAnswer,
     GraphSetup,
     GraphStatus,
@@ -73,7 +70,6 @@ STEPS_BEFORE_CONTINUE = 200  # Graph.continue_as_new_after's default
 MAX_PATH = 500  # path entries kept (the total is counted; history holds them all)
 MAX_REPORTS = 200  # answers remembered for repeated report ids
 MAX_NONCES = 2000
-MAX_TOTAL_STATE_BYTES = 4 * MAX_STATE_BYTES  # the whole step state, as compact JSON
 WORKER = "phasegate:worker"  # who ended a step a worker-run handler worked
 
 
@@ -289,7 +285,9 @@ class GraphState(BaseModel):
                 f"step {step.id!r} is worked by its {step.handler.kind} handler, not reported",
                 where="step_id",
             )
-        return self._outcome_problem(step, report.outcome, report.state, report.questions)
+        return checks.outcome_problem(
+            self.graph, self.values, step, report.outcome, report.state, report.questions
+        )
 
     def verify_request(self, report: StepReport, run_key: str) -> VerifyRequest | None:
         """The workspace checks a report must pass besides its gate's fields (the gate's
@@ -352,7 +350,9 @@ class GraphState(BaseModel):
         step = self.step()
         if step is None or step.id != step_id or visit != self.visit() or self.finished:
             return  # a result for a step the run has left (cannot happen; kept harmless)
-        problem = self._outcome_problem(step, done.outcome, done.state, done.questions)
+        problem = checks.outcome_problem(
+            self.graph, self.values, step, done.outcome, done.state, done.questions
+        )
         if problem is not None:
             self._fail(f"step {step.id!r}: its {step.handler.kind} handler {problem.message}", now)
             return
@@ -386,7 +386,7 @@ class GraphState(BaseModel):
                 where="round",
                 hint="read them with `phasegate graph show RUN` and answer that round",
             )
-        if problem := self._answers_problem(step, ans.answers):
+        if problem := checks.answers_problem(self.questions, ans.answers):
             return problem
         names = self.approvers or []
         return refusal(
@@ -452,80 +452,6 @@ class GraphState(BaseModel):
             return outcome
         decided, self.findings = step.review.outcome(self.visit(), findings)
         return decided
-
-    def _outcome_problem(
-        self, step: StepDef, outcome: str, values: dict[str, Any], questions: list[Question]
-    ) -> PhasegateError | None:
-        if outcome == NEEDS_INPUT:
-            # Its state changes are kept too (``_end_step``): held to the same declarations.
-            return self._questions_problem(step, questions) or self._state_problem(values)
-        if questions:
-            return SessionError("questions go with the needs_input outcome only", where="questions")
-        allowed = step.possible_outcomes()
-        if outcome not in allowed:
-            return SessionError(
-                f"step {step.id!r} has no outcome {outcome!r}",
-                where="outcome",
-                hint=f"report one of: {', '.join(allowed)}",
-            )
-        return self._state_problem(values)
-
-    def _state_problem(self, values: dict[str, Any]) -> PhasegateError | None:
-        declared = self.graph.state
-        for key, value in values.items():
-            arg = declared.get(key)
-            if declared and arg is None:
-                return SessionError(
-                    f"the graph has no state field {key!r}",
-                    where=f"state.{key}",
-                    hint=f"its state fields: {', '.join(declared)}",
-                )
-            if arg is not None and (reason := arg_problem(arg, value)):
-                return SessionError(reason, where=f"state.{key}")
-        if values and _json_size({**self.values, **values}) > MAX_TOTAL_STATE_BYTES:
-            # Each report is bounded, but new keys add up (a graph without declarations
-            # takes any): the whole state travels in every activity input, query answer
-            # and continue-as-new, all under Temporal's payload limit.
-            return SessionError(
-                f"the step state would grow past {MAX_TOTAL_STATE_BYTES} bytes as JSON",
-                where="state",
-                hint="replace earlier values instead of adding new keys",
-            )
-        return None
-
-    def _questions_problem(self, step: StepDef, questions: list[Question]) -> PhasegateError | None:
-        if not step.ask:
-            return SessionError(
-                f"step {step.id!r} may not ask questions (its graph does not say `ask: true`)",
-                where="outcome",
-            )
-        if not questions:
-            return SessionError("needs_input needs 1 to 3 questions", where="questions")
-        if len({q.id for q in questions}) != len(questions):
-            return SessionError("question ids must differ", where="questions")
-        for q in questions:
-            if not (2 <= len(q.options) <= 3) and not (step.free_text and not q.options):
-                rule = "2 or 3 options" + (", or none for free text" if step.free_text else "")
-                return SessionError(f"question {q.id!r} needs {rule}", where=f"questions.{q.id}")
-        return None
-
-    def _answers_problem(self, step: StepDef, answers: dict[str, str]) -> PhasegateError | None:
-        asked = {q.id: q for q in self.questions}
-        if set(answers) != set(asked):
-            return SessionError(
-                f"answer every question, and only those: {', '.join(asked)}", where="answers"
-            )
-        for qid, value in answers.items():
-            q = asked[qid]
-            if q.options and value not in q.options:
-                return SessionError(
-                    f"{value!r} is not an option of question {qid!r}",
-                    where=f"answers.{qid}",
-                    hint=f"pick one of: {', '.join(q.options)}",
-                )
-            if not q.options and not value.strip():
-                return SessionError(f"question {qid!r} needs an answer", where=f"answers.{qid}")
-        return None
 
     def _end_step(
         self,
@@ -608,7 +534,3 @@ class GraphState(BaseModel):
             self.reports[result.report_id] = result
             while len(self.reports) > MAX_REPORTS:
                 del self.reports[next(iter(self.reports))]
-
-
-def _json_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
