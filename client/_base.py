@@ -6,16 +6,24 @@ and how they sign a decision before sending it.
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from pathlib import Path
 from typing import Any, Self
 
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from phasegate.domain.errors import PhasegateError, SessionError
 from phasegate.domain.settings import Settings
 
 __all__ = ["BaseClient", "sign_as", "timed_out", "transient"]
+
+_UPDATE_RETRIES = 8
 
 
 class BaseClient:
@@ -37,6 +45,37 @@ class BaseClient:
 
         settings = settings or load_settings()
         return cls(await connect(settings), settings.task_queue)
+
+    def _error(self, workflow_id: str, exc: BaseException) -> PhasegateError:
+        """A Temporal failure in the CLI's terms (each client says it its own way)."""
+        raise NotImplementedError
+
+    async def _retrying_update(
+        self, workflow_id: str, update: Any, arg: Any, *, what: str, starting: str
+    ) -> Any:
+        """Run an update under one id (never applied twice), retrying what a run answers
+        while it starts or hands over to its continue-as-new successor: a superseded
+        workflow task, and the typed refusal whose message holds ``starting``."""
+        update_id = str(uuid.uuid4())
+        for attempt in range(_UPDATE_RETRIES + 1):
+            try:
+                return await self.temporal.get_workflow_handle(workflow_id).execute_update(
+                    update, arg, id=update_id
+                )
+            except RPCError as exc:
+                if attempt < _UPDATE_RETRIES and transient(exc):
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
+                raise self._error(workflow_id, exc) from None
+            except WorkflowUpdateFailedError as exc:
+                err = self._error(workflow_id, exc)
+                if attempt < _UPDATE_RETRIES and starting in err.message:
+                    await asyncio.sleep(0.2)
+                    continue
+                raise err from None
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                raise self._no_answer(what) from None
+        raise AssertionError("unreachable")
 
     def _no_answer(self, what: str, tries: int = 1) -> SessionError:
         """``what`` (``session ID``, ``orchestration ID``) did not answer in time: a busy

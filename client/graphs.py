@@ -19,13 +19,11 @@ from typing import Any
 from temporalio.client import (
     WorkflowFailureError,
     WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from phasegate.client._base import BaseClient, sign_as, timed_out, transient
+from phasegate.client._base import BaseClient, sign_as, timed_out
 from phasegate.domain.errors import PhasegateError, SessionError, SessionNotFound
 from phasegate.domain.graph.messages import (
     GraphAnswer,
@@ -192,26 +190,9 @@ class GraphClient(BaseClient):
             await asyncio.sleep(0.1)
 
     async def _update(self, rid: str, update: Any, arg: Any) -> Any:
-        update_id = str(uuid.uuid4())
-        for attempt in range(_RETRIES + 1):
-            try:
-                return await self.temporal.get_workflow_handle(rid).execute_update(
-                    update, arg, id=update_id
-                )
-            except RPCError as exc:
-                if attempt < _RETRIES and transient(exc):
-                    await asyncio.sleep(0.05 * (attempt + 1))
-                    continue
-                raise self._error(rid, exc) from None
-            except WorkflowUpdateFailedError as exc:
-                err = self._error(rid, exc)
-                if attempt < _RETRIES and _STARTING in err.message:
-                    await asyncio.sleep(0.2)
-                    continue
-                raise err from None
-            except WorkflowUpdateRPCTimeoutOrCancelledError:
-                raise self._no_answer(f"graph run {rid}") from None
-        raise AssertionError("unreachable")
+        return await self._retrying_update(
+            rid, update, arg, what=f"graph run {rid}", starting=_STARTING
+        )
 
     def _error(self, rid: str, exc: BaseException) -> PhasegateError:
         err = phasegate_error(exc)

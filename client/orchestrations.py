@@ -24,13 +24,11 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from phasegate.client._base import BaseClient, sign_as, timed_out, transient
+from phasegate.client._base import BaseClient, sign_as, timed_out
 from phasegate.domain.errors import PhasegateError, SessionError, SessionNotFound
 from phasegate.domain.orchestration.agents import Issue, Profile
 from phasegate.domain.orchestration.gates import digest
@@ -291,26 +289,10 @@ class OrchestrationClient(BaseClient):
 
     async def _update(self, oid: str, update: Any, arg: Any) -> OrchestrationView:
         """Run an update; retry the refusal a run gives while it hands over to a replan."""
-        update_id = str(uuid.uuid4())  # one id for every attempt: never applied twice
-        for attempt in range(_UPDATE_RETRIES + 1):
-            try:
-                return await self.temporal.get_workflow_handle(oid).execute_update(
-                    update, arg, id=update_id
-                )
-            except RPCError as exc:
-                if attempt < _UPDATE_RETRIES and transient(exc):
-                    await asyncio.sleep(0.05 * (attempt + 1))
-                    continue
-                raise self._error(oid, exc) from None
-            except WorkflowUpdateFailedError as exc:
-                err = self._error(oid, exc)
-                if attempt < _UPDATE_RETRIES and _STARTING in err.message:
-                    await asyncio.sleep(0.2)
-                    continue
-                raise err from None
-            except WorkflowUpdateRPCTimeoutOrCancelledError:
-                raise self._no_answer(f"orchestration {oid}") from None
-        raise AssertionError("unreachable")
+        view: OrchestrationView = await self._retrying_update(
+            oid, update, arg, what=f"orchestration {oid}", starting=_STARTING
+        )
+        return view
 
     def _error(self, oid: str, exc: BaseException) -> PhasegateError:
         """A Temporal failure in the CLI's terms."""
