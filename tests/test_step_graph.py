@@ -283,7 +283,10 @@ async def test_a_step_runs_a_child_graph_and_takes_its_final_outcome(
         rid = await graphs.start(Graph.model_validate(parent))
         summary = await graphs.result(rid)
         assert summary.status == "completed" and summary.outcome == "quick"
-        child = await graphs.result(f"{rid}--delegate-1")  # the child's own run, on record
+        view = await graphs.status(rid)
+        child_id = view.children["delegate#1"]  # recorded by the parent, unguessable
+        assert child_id.startswith(f"{rid}--delegate-1-") and len(child_id) > len(rid) + 20
+        child = await graphs.result(child_id)  # the child's own run, on record
         assert [(p.step, p.outcome) for p in child.path] == [("work", "quick")]
         missing = {**parent, "steps": [{**parent["steps"][0], "handler": {"graph": "nope"}}]}
         rid = await graphs.start(Graph.model_validate(missing))
@@ -392,12 +395,14 @@ async def test_a_step_dispatches_a_gated_session_and_takes_its_end(
     async with run_worker(settings):
         graphs = GraphClient(env.client, settings.task_queue)
         rid = await graphs.start(Graph.model_validate(spec), target=str(tmp_path))
-        child = f"{rid}--build-1"
         pg = PhasegateClient(env.client, settings.task_queue)
         for _ in range(200):  # the graph starts its child once it entered the step
             try:
+                child = (await graphs.status(rid)).children["build#1"]
                 await pg.wait_started(child, timeout=30)
                 break
+            except KeyError:  # not started yet
+                await asyncio.sleep(0.05)
             except (PhasegateError, RPCError):  # not there yet
                 await asyncio.sleep(0.05)
         # The child is an ordinary gated session: its gates and approval decide.

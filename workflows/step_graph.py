@@ -73,6 +73,8 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["StepGraph"]
 
 _RETRY = RetryPolicy(maximum_attempts=3)
+CHILD_IDS = "graph-child-ids"
+"""Patch id: child runs' workflow ids carry a random part (no client can take them first)."""
 RENDER_INLINE = "graph-render-inline"
 """Patch id: steps read by no one are not rendered; substitution-only actions are
 rendered by the workflow itself; PhasegatePhase is the current step's place in the
@@ -233,6 +235,17 @@ class StepGraph:
         )
         return agent_outcome(action.step, output.model_dump(mode="json"))
 
+    def _child_id(self, state: GraphState, action: RunHandler) -> str:
+        """The child run's workflow id, recorded in the state (``status`` shows it). A
+        random part, so no client can start a workflow under it first and make the step
+        fail; runs recorded before used ``RUN--STEP-VISIT``."""
+        child = f"{workflow.info().workflow_id}--{action.step.id}-{action.visit}"
+        if workflow.patched(CHILD_IDS):
+            child += f"-{workflow.uuid4().hex[:12]}"
+        state.apply_child(action.step.id, action.visit, child)
+        self._changed()
+        return child
+
     async def _child_graph(self, state: GraphState, action: RunHandler) -> HandlerOutcome:
         """A child run of the graph the step names (pinned when this run started); its
         final outcome is the step's, its failure the step's ``fail``."""
@@ -245,7 +258,7 @@ class StepGraph:
                 target=state.target,
                 approvers=state.approvers,
             ),
-            id=f"{workflow.info().workflow_id}--{action.step.id}-{action.visit}",
+            id=self._child_id(state, action),
             task_queue=workflow.info().task_queue,
         )
         return HandlerOutcome(
@@ -261,7 +274,7 @@ class StepGraph:
                 target=state.target,
                 options=SessionOptions(approvers=state.approvers),
             ),
-            id=f"{workflow.info().workflow_id}--{action.step.id}-{action.visit}",
+            id=self._child_id(state, action),
             task_queue=workflow.info().task_queue,
         )
         ok = result.status == "completed"

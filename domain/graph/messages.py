@@ -231,6 +231,9 @@ class GraphView(BaseModel):
     )
     outcome: str | None = None
     failure: str = ""
+    children: dict[str, str] = Field(
+        default_factory=dict, description="'step#visit' → the workflow id of its child run"
+    )
     runs: int = 1
     started_at: datetime | None = None
     updated_at: datetime | None = None

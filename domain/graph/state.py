@@ -151,6 +151,9 @@ class GraphState(BaseModel):
         default_factory=list, description="the last review's blocking findings"
     )
     reports: dict[str, ReportResult] = Field(default_factory=dict)
+    children: dict[str, str] = Field(
+        default_factory=dict, description="'step#visit' → the workflow id of its child run"
+    )
     used_nonces: list[str] = Field(default_factory=list)
     outcome: str | None = None
     failure: str = ""
@@ -248,6 +251,12 @@ class GraphState(BaseModel):
 
     def summary(self) -> GraphSummary:
         return views.summary(self)
+
+    def apply_child(self, step_id: str, visit: int, workflow_id: str) -> None:
+        """A handler started a child run (session or graph) for this visit of the step."""
+        self.children[f"{step_id}#{visit}"] = workflow_id
+        while len(self.children) > MAX_REPORTS:
+            del self.children[next(iter(self.children))]
 
     def apply_rendered(self, step_id: str, visit: int, text: str) -> None:
         if step_id == self.current and visit == self.visit():

@@ -63,6 +63,7 @@ def status_view(state: GraphState) -> GraphView:
         answer_binding=state.answer_binding() if state.status == "awaiting_input" else None,
         outcome=state.outcome,
         failure=state.failure,
+        children=dict(state.children),
         runs=state.runs,
         started_at=state.started_at,
         updated_at=state.updated_at,

@@ -1,6 +1,7 @@
 """Record StepGraph histories for the replay test (tests/test_step_graph.py).
 
     .venv/bin/python tests/histories/record_graph.py [PREFIX]
+    .venv/bin/python tests/histories/record_graph.py children   # only the child scenario
 
 Keep what older code recorded; record again only scenarios you add, or with a PREFIX
 (``inline_``: the runs recorded after ``graph-render-inline``) so both branches of a
@@ -34,6 +35,33 @@ from phasegate.worker import build_worker
 
 OUT = HERE / "graph_runs"
 
+CHILD = """\
+name: child
+entry: work
+params:
+  depth: {type: int, default: 1}
+steps:
+  - id: work
+    title: Work
+    handler: graph_handlers:judge
+    outcomes: [quick, full]
+    next: {quick: null, full: null}
+"""
+PARENT = {
+    "name": "parent",
+    "entry": "delegate",
+    "params": {"depth": {"type": "int", "default": 1}},
+    "steps": [
+        {
+            "id": "delegate",
+            "title": "Delegate",
+            "handler": {"graph": "child"},
+            "outcomes": ["quick", "full"],
+            "next": {"quick": None, "full": None},
+        }
+    ],
+}
+
 
 async def _save(graphs: GraphClient, rid: str, name: str) -> None:
     """Every run of ``rid``'s chain, first to last."""
@@ -66,9 +94,22 @@ async def main(prefix: str = "") -> None:
             allow_unsigned_approvals=True,
             graph_function_modules=["graph_handlers"],
         )
+        library = Path(home) / "lib"
+        (library / "graphs").mkdir(parents=True)
+        (library / "graphs" / "child.yaml").write_text(CHILD)
+        settings = settings.model_copy(
+            update={"library_paths": [str(library), *settings.library_paths]}
+        )
         graphs = GraphClient(env.client, settings.task_queue)
         with concurrent.futures.ThreadPoolExecutor() as pool:
             async with build_worker(env.client, settings, executor=pool):
+                if prefix == "children":  # only the scenario added with graph-child-ids
+                    rid = await graphs.start(
+                        Graph.model_validate(PARENT), params={"depth": 3}, run_id="graph-parent"
+                    )
+                    await graphs.result(rid)
+                    await _save(graphs, rid, "child_graph")
+                    return
                 # 1. an outside agent: a refused report, a branch, a question relayed
                 rid = await graphs.start(
                     Graph.model_validate(CRITIQUE), params={"depth": 3}, run_id="graph-outside"
