@@ -42,6 +42,8 @@ def graph_text(view: GraphView, step: StepView | None) -> str:
         for q in view.questions:
             choices = " | ".join(q.options) if q.options else "free text"
             lines.append(f"  {q.id}: {q.text} [{choices}]")
+    for key, child in view.children.items():
+        lines.append(f"child run of {key.replace('#', ', visit ')}: {child}")
     if view.path:
         trail = " → ".join(f"{p.step}:{p.outcome}" for p in view.path[-10:])
         lines.append(f"path ({view.path_total}): {trail}")
