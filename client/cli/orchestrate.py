@@ -318,8 +318,12 @@ class _Follower:
             waiting = await self._children(view) or waiting
             if view.status in _FINISHED:
                 return self._finish(view)
-            if await self.oc.closed(self.oid):  # terminated, timed out: no state says so
-                await self.oc.result(self.oid)
+            if await self.oc.closed(self.oid):
+                # It may have finished after the state above was read: the result wins
+                # (a failure raises with its reason; terminated, timed out: no state says so).
+                final = await self.oc.result(self.oid)
+                if final.status in _FINISHED:
+                    return self._finish(final)
                 raise PhasegateError(f"orchestration {self.oid} has closed without finishing")
             if waiting and self.ctx.args.no_wait:
                 self.say(
