@@ -29,6 +29,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from phasegate.client._base import BaseClient, sign_as, timed_out
+from phasegate.client.api import SessionListing, _listing
 from phasegate.domain.errors import PhasegateError, SessionError, SessionNotFound
 from phasegate.domain.orchestration.agents import Issue, Profile
 from phasegate.domain.orchestration.gates import digest
@@ -99,6 +100,18 @@ class OrchestrationClient(BaseClient):
         return oid
 
     # ------------------------------------------------------------------ reads
+    async def list_orchestrations(self, limit: int = 50) -> list[SessionListing]:
+        """Orchestrations on this task queue, newest first: id, phasegate status, the
+        plan step it is on, and Temporal's execution status."""
+        query = f"WorkflowType = 'Orchestration' AND TaskQueue = '{self.task_queue}'"
+        out: list[SessionListing] = []
+        try:
+            async for wf in self.temporal.list_workflows(query, limit=limit):
+                out.append(_listing(wf))
+        except RPCError as exc:
+            raise phasegate_error(exc) from None
+        return out
+
     async def state(self, orchestration_id: str, *, timeout: float = 30.0) -> OrchestrationView:
         """Status, plan, outputs, usage and what the run waits for (query ``state``).
 

@@ -124,11 +124,12 @@ async def test_typo_fix_end_to_end_with_json_and_plan_show(env, settings_for, ru
         assert "✓ reviewer_0 done: approved" in done.out
         assert done.out.rstrip().splitlines()[-1].startswith("completed: 3 outputs")
 
-        shown, as_json, not_orch, missing = await asyncio.gather(
+        shown, as_json, not_orch, missing, listed = await asyncio.gather(
             _cli(cli_env, "plan", "show", oid),
             _cli(cli_env, "plan", "show", oid, "--json"),
             _cli(cli_env, "plan", "show", child),
             _cli(cli_env, "plan", "show", "orch-nobody"),
+            _cli(cli_env, "orchestrate", "list", "--json"),
         )
     assert "— completed" in shown.out.splitlines()[0]
     assert "✓ 0 developer [done]" in shown.out and "✓ 1 reviewer  [done]" in shown.out
@@ -142,6 +143,10 @@ async def test_typo_fix_end_to_end_with_json_and_plan_show(env, settings_for, ru
     assert "phasegate status" in not_orch.err
     assert missing.code == 1 and "no orchestration orch-nobody" in missing.err
     assert (work / ".phasegate" / "orchestrations").is_dir()  # it worked in --workdir
+    # `orchestrate list`: the orchestrations on this task queue (not its child session).
+    rows = json.loads(listed.out)
+    assert listed.code == 0 and [r["session_id"] for r in rows] == [oid], listed.err
+    assert rows[0]["status"] == "completed" and rows[0]["execution_status"] == "completed"
 
 
 # ---------------------------------------------------------------- signed gates

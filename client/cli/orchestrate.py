@@ -45,7 +45,7 @@ from phasegate.client.cli._orchestrate_render import (
     usage_line,
 )
 from phasegate.client.cli._progress import printer_for, wait_with_progress
-from phasegate.client.cli._render import one_line, terminal_safe, ui_url
+from phasegate.client.cli._render import one_line, table, terminal_safe, to_json, ui_url
 from phasegate.domain.errors import PhasegateError, SessionError
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ __all__ = ["EXIT_WAITING", "default_subcommand", "register"]
 EXIT_WAITING = 3
 POLL_SECONDS = 0.5
 HISTORY_TAIL = 10
-_SUBCOMMANDS = ("run", "watch", "approve", "replan", "-h", "--help")
+_SUBCOMMANDS = ("run", "watch", "approve", "replan", "list", "-h", "--help")
 _GLOBAL_VALUED = ("--address", "--namespace", "--task-queue")
 _FINISHED = ("completed", "failed")
 _CHILD_WAITING = ("awaiting_approval", "approval_overdue")
@@ -129,6 +129,9 @@ def register(sub: Any) -> None:
         "--gate", type=int, metavar="N", help="the gate you mean (default: the open one)"
     )
     s.set_defaults(func=remote(decide))
+    s = osub.add_parser("list", parents=[JSON], help="orchestrations on this task queue")
+    s.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (newest first)")
+    s.set_defaults(func=remote(orchestrate_list))
     s = osub.add_parser("replan", parents=[JSON], help="ask the planner for a new plan")
     s.add_argument("orchestration_id", metavar="ID")
     s.add_argument("--reason", required=True, help="what the new plan must take into account")
@@ -204,6 +207,28 @@ async def run(ctx: Ctx) -> int:
         flush=True,
     )
     return await _Follower(ctx, pg, oc, oid, out).run()
+
+
+async def orchestrate_list(ctx: Ctx) -> int:
+    rows = await _clients(await ctx.client()).list_orchestrations(limit=ctx.args.limit)
+    if ctx.args.json:
+        echo(to_json(rows))
+        return EXIT_OK
+    if not rows:
+        echo(f"no orchestrations on task queue {ctx.settings.task_queue!r}")
+        return EXIT_OK
+    cells = [
+        (
+            r.session_id,
+            r.status or r.execution_status,
+            "-" if r.phase is None else str(r.phase),
+            r.execution_status,
+            r.started_at.astimezone().strftime("%Y-%m-%d %H:%M") if r.started_at else "-",
+        )
+        for r in rows
+    ]
+    echo(table(("ID", "STATUS", "STEP", "TEMPORAL", "STARTED"), cells))
+    return EXIT_OK
 
 
 async def watch(ctx: Ctx) -> int:
