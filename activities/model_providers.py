@@ -35,6 +35,8 @@ away from workflow history and from every client, not from a shell on the worker
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import re
 from collections.abc import Mapping
@@ -151,7 +153,9 @@ class ModelProviders:
 
     def plugin(self) -> SimplePlugin:
         """A Temporal worker plugin that makes these the providers of the worker it is
-        given to (its workflows' and activities' model ids resolve here)."""
+        given to (its workflows' and activities' model ids resolve here). Building it
+        loads the provider SDKs (:func:`preload_sdks`)."""
+        preload_sdks()
         return SimplePlugin("phasegate.ModelProviders", interceptors=[_Scope(self)])
 
     def _test_model(self, name: str) -> Model | None:
@@ -258,8 +262,27 @@ class ModelProviders:
         return None
 
 
-# The SDKs load lazily (anthropic alone takes over a second); the workflow sandbox
-# passes both through (PydanticAIPlugin), so importing them late there is safe.
+def preload_sdks() -> None:
+    """Import the provider SDKs now, when a worker is built: a model id resolves in
+    workflow code too, and an SDK imported first inside a workflow task (anthropic alone
+    takes over a second) can run past Temporal's 2 s deadlock limit, leaving the SDK
+    half-imported for every later run until the worker restarts (TMPRL1101)."""
+    for module in (
+        "openai",
+        "pydantic_ai.models.openai",
+        "pydantic_ai.profiles.openai",
+        "pydantic_ai.providers.openai",
+        "pydantic_ai.providers.openai_compatible",
+        "anthropic",
+        "pydantic_ai.models.anthropic",
+        "pydantic_ai.providers.anthropic",
+    ):
+        with contextlib.suppress(ImportError):  # an SDK not installed is never used
+            importlib.import_module(module)
+
+
+# The SDKs are imported by preload_sdks when the worker is built; these imports then
+# only bind names (the workflow sandbox passes both through, PydanticAIPlugin).
 def _openai(name: str, base_url: str | None, key: str | None, provider: str = "openai") -> Model:
     from openai import AsyncOpenAI
     from pydantic_ai.models.openai import OpenAIChatModel

@@ -94,3 +94,25 @@ async def test_two_workers_in_one_process_keep_their_own_prompts_and_providers(
             assert request.status == 200
             assert request.headers["authorization"] == f"Bearer sk-worker-{name.lower()}"
             assert f"MARK-{name}" in sent and f"MARK-{other}" not in sent
+
+
+def test_building_a_worker_loads_the_provider_sdks_before_any_workflow_task() -> None:
+    """Issue 19: the first orchestration with an OpenAI-compatible model imported the
+    SDK inside a workflow task; under load the import ran past the 2 s deadlock limit
+    and left the SDK half-imported until the worker restarted."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from phasegate.activities.model_providers import ModelProviders\n"
+        "from phasegate.domain.settings import Settings\n"
+        "assert 'anthropic' not in sys.modules and 'pydantic_ai.models.openai' not in sys.modules\n"
+        "ModelProviders.from_settings(Settings()).plugin()\n"
+        "assert {'openai', 'anthropic', 'pydantic_ai.models.openai',\n"
+        "        'pydantic_ai.models.anthropic'} <= set(sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
