@@ -155,6 +155,11 @@ def test_installed_phasegate_runs_a_session_outside_the_checkout(
                 print(final.status, len(agent.steps))
 
             asyncio.run(main())
+            # As phasegate's own CLI leaves: the SDK's Rust threads can abort interpreter
+            # shutdown (temporalio/sdk-python#300, "PyGILState_Release ... must be current").
+            import os, sys
+            sys.stdout.flush()
+            os._exit(0)
             """
         )
         walked = run(python, "-c", walk, TEMPORAL_ADDRESS=address)
