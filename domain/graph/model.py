@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 MAX_STEPS = 200
+STEPS_BEFORE_CONTINUE = 200  # a graph's continue_as_new_after, unless it says otherwise
 MAX_VISITS = 1000  # a step's visit cap, at most (a loop runs continue-as-new past a few)
 MAX_ACTIONS_CHARS = 20_000
 MAX_ARGS = 50
@@ -249,7 +250,10 @@ class Graph(BaseModel):
         default_factory=dict, max_length=MAX_ARGS, description="step state the steps change"
     )
     continue_as_new_after: int = Field(
-        200, ge=2, le=10_000, description="steps one run takes before it continues as new"
+        STEPS_BEFORE_CONTINUE,
+        ge=2,
+        le=10_000,
+        description="steps one run takes before it continues as new",
     )
     source: str = Field("", max_length=4096, description="the file it was read from")
 

@@ -46,7 +46,7 @@ from phasegate.domain.graph.messages import (
     StepReport,
     StepView,
 )
-from phasegate.domain.graph.model import NEEDS_INPUT, Finding, Graph, StepDef
+from phasegate.domain.graph.model import NEEDS_INPUT, STEPS_BEFORE_CONTINUE, Finding, Graph, StepDef
 from phasegate.domain.session.checking import with_verify
 from phasegate.domain.verify import VerifyRequest, VerifyResult
 
@@ -66,7 +66,6 @@ __all__ = [
 
 _READ_KINDS = ("outside", "agent")  # handlers that read a step's rendered actions
 DEFAULT_VISIT_CAP = 100  # a step without max_visits is entered at most this often
-STEPS_BEFORE_CONTINUE = 200  # Graph.continue_as_new_after's default
 MAX_PATH = 500  # path entries kept (the total is counted; history holds them all)
 MAX_REPORTS = 200  # answers remembered for repeated report ids
 MAX_NONCES = 2000
