@@ -202,7 +202,9 @@ async def test_a_real_coding_agent_completes_the_typo_issue_as_the_developer(
 
     assert not fake.script_errors, fake.script_errors
     assert view.status == "completed", (view.failure, model.stage)
-    assert model.stage == "finished"
+    # The agent submitted phase 1; the orchestration stops it once the session completes,
+    # so its closing words may or may not have been asked for by then.
+    assert model.stage in ("done", "finished"), model.stage
     assert (work / "README.md").read_text() == "We receive mail.\n"
     assert child.status == "completed" and approved
     assert [a.approver for a in child.approvals] == ["lead"]  # the person's signed decision
