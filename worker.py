@@ -50,6 +50,7 @@ from phasegate.activities.orchestration import OrchestrationActivities
 from phasegate.activities.provenance import CallerCheck, ProvenanceActivities
 from phasegate.activities.rag import RagActivities
 from phasegate.activities.step_handlers import StepHandlerActivities
+from phasegate.activities.task_files import TaskFileActivities
 from phasegate.activities.verify import VerifyActivities
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.rag import RetrievalQuery, RetrievedChunk
@@ -203,7 +204,11 @@ def build_worker(
             Worker(
                 client,
                 task_queue=verify_task_queue(settings.task_queue),
-                activities=[checks.run_verify_checks],
+                # The workspace's other writer: the task files (task state's projection).
+                activities=[
+                    checks.run_verify_checks,
+                    *TaskFileActivities(target_roots=settings.target_roots).activities,
+                ],
                 activity_executor=threads,
                 # One slot per thread: a check the worker accepts starts (and heartbeats)
                 # at once; the rest wait on the server, where only schedule-to-start runs.

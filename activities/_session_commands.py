@@ -33,6 +33,7 @@ from phasegate.domain.commands import (
 )
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.spec import ParsedSpec
+from phasegate.domain.tasks.criteria import command_of
 
 __all__ = ["SAMPLE_COMMANDS", "checkpoint_items", "find_commands", "workflow_uses_commands"]
 
@@ -82,6 +83,8 @@ def find_commands(
     notes: list[str] = []
     test = _test_command(Path(target) if target else None, option, deployment, notes)
     checkpoints = _checkpoints(spec, notes) if spec is not None else []
+    if spec is not None:
+        checkpoints += _task_commands(spec, notes, room=MAX_COMMANDS - 1 - len(checkpoints))
     found = SessionCommands(test=test, checkpoints=checkpoints, notes=notes)
     for command in found.all():
         if not allowed(command.argv, allowlist):
@@ -229,6 +232,51 @@ def _checkpoints(spec: ParsedSpec, notes: list[str]) -> list[SessionCommand]:
                 )
             )
     return found
+
+
+def _task_commands(spec: ParsedSpec, notes: list[str], room: int) -> list[SessionCommand]:
+    """The commands a task folder's tasks name: acceptance criteria (`cmd` exits 0) and
+    pre-analysis steps, each listed with its task (the lead approves them in phase 0)."""
+    found: list[SessionCommand] = []
+    for index, phase in enumerate(spec.phases):
+        for task in [t.task for t in phase.tasks if t.task is not None]:
+            named: list[tuple[str, str, list[str] | None]] = [
+                ("acceptance", text, command_of(text)) for text in task.acceptance
+            ]
+            for step in task.pre_analysis:
+                if step.command:
+                    named.append(("pre_analysis", step.command, _step_argv(step.command)))
+            for role, text, argv in named:
+                where = f"{task.source or spec.source} ({task.id} {role.replace('_', '-')})"
+                if argv is None:
+                    if role == "pre_analysis":
+                        _note(notes, f"{where}: `{text[:200]}` cannot run without a shell; "
+                              "the step is skipped or fails as its on_error says")
+                    continue
+                if len(found) >= room:
+                    _note(notes, f"{where}: `{text[:200]}` is not run: at most {MAX_COMMANDS} "
+                          "commands")
+                    continue
+                found.append(
+                    SessionCommand(
+                        name=f"{task.id}_{role}_{len(found) + 1}"[:64],
+                        argv=argv,
+                        source=where[:300],
+                        spec_phase=index,
+                        phase_label=phase.written_number or str(phase.number),
+                        ok_exits=[0],
+                        task=task.id,
+                        role=role,
+                    )
+                )
+    return found
+
+
+def _step_argv(command: str) -> list[str] | None:
+    try:
+        return split_command(command)
+    except CommandRefused:
+        return None
 
 
 def _note(notes: list[str], text: str) -> None:

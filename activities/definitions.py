@@ -31,6 +31,7 @@ from phasegate.activities._spec_phases import (
     dynamic_context,
     dynamic_gate,
 )
+from phasegate.activities._task_folder_name import task_folder_for
 from phasegate.activities.library import (
     WorkflowDir,
     example_evidence,
@@ -56,6 +57,7 @@ from phasegate.domain.session.messages import (
 )
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.spec import ParsedSpec
+from phasegate.domain.tasks.from_spec import spec_task, task_ids
 from phasegate.domain.trust import narrowed_to_nobody, session_keys
 from phasegate.temporal import application_error
 
@@ -324,6 +326,9 @@ class DefinitionActivities:
             operator_keys=list(dict.fromkeys([*self.operator_keys, *bound])),
             unsigned_controls=self.allow_unsigned_controls,
             prefetch=self.prefetch,
+            task_folder=task_folder_for(
+                req.target, spec_source, req.options.task_files, meta.name or meta.workflow_type
+            ),
         )
 
     def _check_commands_approved(self, wf: WorkflowDir, ref: DefinitionRef) -> None:
@@ -492,6 +497,8 @@ class DefinitionActivities:
         ctx = dynamic_context(session, spec, index, spec_index, base, commands)
         content = self.renderer.render(wf.path / cfg.templates["phase"], ctx)
         task_tpl = wf.path / cfg.templates["task"]
+        known = task_ids(spec)
+        by_id = {t.id: t for t in sp.tasks}
         rendered = [
             RenderedTask(
                 id=t["id"],
@@ -500,6 +507,7 @@ class DefinitionActivities:
                 content=self.renderer.render(task_tpl, task_context(ctx, t)),
                 status=t["status"],
                 optional=t["optional"],
+                task=spec_task(by_id[t["id"]], known, spec.source) if t["id"] in by_id else None,
             )
             for t in ctx["phase"]["tasks"]
         ]

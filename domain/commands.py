@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -84,6 +84,14 @@ class SessionCommand(BaseModel):
     )
     phase_label: str = Field("", max_length=64, description="That phase as tasks.md numbers it.")
     ok_exits: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=8)
+    task: str | None = Field(
+        None,
+        max_length=64,
+        description="A task's command: an acceptance criterion's (run when the task is "
+        "completed) or a pre-analysis step's (run when it starts; ``[name]`` words are "
+        "filled in then, each one whole argument).",
+    )
+    role: Literal["checkpoint", "acceptance", "pre_analysis"] = "checkpoint"
 
     @property
     def text(self) -> str:
@@ -93,7 +101,9 @@ class SessionCommand(BaseModel):
     def shown(self) -> str:
         """One line of phase 0's list: what runs, when, and who named it."""
         when = (
-            "tests, at every phase that claims them"
+            f"{self.role.replace('_', '-')} of task {self.task}"
+            if self.task is not None
+            else "tests, at every phase that claims them"
             if self.spec_phase is None
             else f"checkpoint of spec phase {self.phase_label}"
         )
@@ -302,7 +312,7 @@ def resolve_checks(
         chosen = (
             [found.test]
             if check.command == "test" and found.test
-            else [c for c in found.checkpoints if c.spec_phase == spec_phase]
+            else [c for c in found.checkpoints if c.spec_phase == spec_phase and c.task is None]
             if check.command == "checkpoints" and spec_phase is not None
             else []
         )

@@ -7,7 +7,8 @@ Hierarchy::
     │   ├── WorkflowNotFound           "workflow_not_found"
     │   ├── TemplateNotFound           "template_not_found"
     │   ├── GateDefinitionError        "gate_definition_invalid"
-    │   └── GraphInvalid               "graph_invalid" (a step graph that cannot run)
+    │   ├── GraphInvalid               "graph_invalid" (a step graph that cannot run)
+    │   └── TaskFileInvalid            "task_file_invalid" (a .workflow task folder)
     ├── SpecParseError                 "source_parse_failed" (tasks.md)
     ├── ExpressionError                "expression_invalid" (restricted evaluator)
     ├── TemporalUnreachable            "temporal_unreachable" (no server at the address)
@@ -17,7 +18,8 @@ Hierarchy::
         ├── PayloadTooLarge            "payload_too_large"
         ├── ApprovalRefused            "approval_refused"
         ├── SessionNotFound            "session_not_found" (no such session id)
-        └── StepSequenceViolation      "step_sequence_violation" (a graph's stale/foreign step)
+        ├── StepSequenceViolation      "step_sequence_violation" (a graph's stale/foreign step)
+        └── TaskRefused                "task_refused" (a task claim, completion, block, split)
     │   └── VerifyInvalid              "verify_invalid": a gate's checks cannot run as written
     OrchestrationError                 "orchestration_failed": a run cannot go on
     ├── ReplanRefused                  "replan_refused": no replan can be asked now
@@ -78,8 +80,10 @@ __all__ = [
     "SessionError",
     "SessionNotActive",
     "SessionNotFound",
-    "StepSequenceViolation",
     "SpecParseError",
+    "StepSequenceViolation",
+    "TaskFileInvalid",
+    "TaskRefused",
     "TemplateNotFound",
     "TemporalUnreachable",
     "VerifyInvalid",
@@ -191,6 +195,19 @@ class StepSequenceViolation(SessionError):
     """A step graph was sent a report for a step it is not on (stale or foreign)."""
 
     code = "step_sequence_violation"
+
+
+class TaskRefused(SessionError):
+    """A task message the session refuses: claimed by someone else, dependencies not
+    complete, a container, not in the current phase (``phasegate task list`` shows why)."""
+
+    code = "task_refused"
+
+
+class TaskFileInvalid(DefinitionError):
+    """A ``.workflow/WFS-*`` folder or task JSON that breaks the format's rules."""
+
+    code = "task_file_invalid"
 
 
 class GraphFailed(PhasegateError):

@@ -181,6 +181,11 @@ class GateDefinition(BaseModel):
 
     strict: bool = True
     allow_override: bool = False
+    tasks_complete: bool = Field(
+        False,
+        description="The phase passes only once every leaf task of it is complete "
+        "(task state: `phasegate task done`); optional tasks are not waited for.",
+    )
     fields: dict[str, FieldSpec] = Field(default_factory=dict)
     validators: dict[str, str] = Field(default_factory=dict, description="name -> 'lambda x: ...'")
     rules: list[GateRule] = Field(default_factory=list)
@@ -267,7 +272,9 @@ def load_gate(data: Any, *, source: str) -> GateDefinition:
     # Typed now (kinds, fields, template references to declared evidence fields); the
     # workflow hands the typed checks to the verify activity.
     verify = parse_checks(raw_verify.verify, source=source, known_fields=fields)
-    flags = {k: checkpoint[k] for k in ("strict", "allow_override") if k in checkpoint}
+    flags = {
+        k: checkpoint[k] for k in ("strict", "allow_override", "tasks_complete") if k in checkpoint
+    }
     gate = _validated(GateDefinition, flags, source, "checkpoint")
     parts = {"fields": fields, "validators": validators, "rules": rules, "approval": approval}
     return gate.model_copy(update={**parts, "verify": verify, "source": source})

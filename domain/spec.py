@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from phasegate.domain.tasks.model import TaskSpec
+
 __all__ = ["ParseWarning", "ParsedSpec", "SpecPhase", "SpecTask", "TaskStatus"]
 
 TaskStatus = Literal["todo", "done", "in_progress", "skipped"]
@@ -37,6 +39,9 @@ class SpecTask(BaseModel):
         default_factory=list, description="From _Requirements: 1.1, 2.3_."
     )
     line: int = Field(description="1-based line of the task in the file.")
+    task: TaskSpec | None = Field(
+        None, description="A task folder's task as its JSON file defines it (task state)."
+    )
 
 
 class SpecPhase(BaseModel):

@@ -9,7 +9,7 @@ history grows. The public contract is in ARCHITECTURE.md.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Literal
 
 from temporalio import workflow
@@ -21,7 +21,6 @@ with workflow.unsafe.imports_passed_through():
 
     from phasegate.activities._verify_local import LocalChecks
     from phasegate.activities.definitions import DefinitionActivities
-    from phasegate.activities.notify import notify_webhook
     from phasegate.activities.verify import VerifyActivities
     from phasegate.domain.errors import (
         PhasegateError,
@@ -37,7 +36,6 @@ with workflow.unsafe.imports_passed_through():
         ControlRequest,
         ControlResult,
         LoadSessionRequest,
-        NotifyRequest,
         PhaseArtifact,
         PhaseDefinition,
         PhaseQuery,
@@ -57,13 +55,26 @@ with workflow.unsafe.imports_passed_through():
         PhaseLedger,
         SessionState,
     )
+    from phasegate.domain.session.tasking import files_source
     from phasegate.domain.session.views import details_markdown
     from phasegate.domain.settings import verify_task_queue
+    from phasegate.domain.tasks.files import ProjectResult, TaskFilesSource
+    from phasegate.domain.tasks.messages import (
+        AddSubtask,
+        BlockTask,
+        BoardQuery,
+        BoardView,
+        CompleteTask,
+        StartTask,
+        TaskResult,
+    )
     from phasegate.domain.verify import VerifyReport, VerifyResult
     from phasegate.domain.verify_contain import checked_report
     from phasegate.temporal import application_error
     from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready, refuse
     from phasegate.workflows._metrics import advanced
+    from phasegate.workflows._session_deadlines import Deadlines
+    from phasegate.workflows._session_tasks import TaskDesk
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 
@@ -101,7 +112,8 @@ class GatedSession:
         self._prefetch: asyncio.Task[PhaseDefinition] | None = None
         self._prefetch_index = -1
         self._publisher = Publisher()
-        self._deadline_key: tuple[int, datetime] | None = None
+        self._deadlines = Deadlines(self)
+        self._tasks = TaskDesk(self)
         self._verifying = False
         # Until this run's worker answers that it runs no reading checks itself.
         self._checks_here = True
@@ -159,10 +171,14 @@ class GatedSession:
                 ),
             )
             self._state.note_run(workflow.info().run_id)
+            self._state.enter_current_tasks(now)
+            self._state.tasks.projection.folder = plan.task_folder or ""
         self._publish()
         self._start_prefetch()
-        self._arm_deadline()
+        self._deadlines.arm()
         state = self._state
+        if self._tasks.projects():
+            asyncio.create_task(self._tasks.run())
         while True:
             await workflow.wait_condition(
                 lambda: state.finished or self._should_continue_as_new() or self._visibility_due()
@@ -171,6 +187,7 @@ class GatedSession:
                 break
             self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._tasks.flush()
         self._publish()
         if not state.finished:
             workflow.continue_as_new(
@@ -257,7 +274,7 @@ class GatedSession:
             if advance:
                 advanced("checkpoint")
                 self._start_prefetch()
-            self._arm_deadline()
+            self._deadlines.arm()
             # After an advance the search attributes ride on the prefetch's workflow task,
             # keeping the advance's own task (and so its answer) one command lighter.
             self._publish(defer_search_attributes=advance)
@@ -443,7 +460,7 @@ class GatedSession:
             state.apply_control(req, workflow.now())
             if req.action == "rollback":
                 self._start_prefetch()
-            self._arm_deadline()  # e.g. resume: the approval's deadline applies again
+            self._deadlines.arm()  # e.g. resume: the approval's deadline applies again
             self._publish()
             return ControlResult(
                 action=req.action, status=state.status, current_phase=state.current.index
@@ -453,57 +470,71 @@ class GatedSession:
     def _validate_control(self, req: ControlRequest) -> None:
         check(self._ready().check_control(req, workflow.info().workflow_id))
 
-    # ---- approval deadlines ----------------------------------------------
+    # ---- tasks (domain.tasks.board; mechanics in _session_tasks) ----------
 
-    def _arm_deadline(self) -> None:
-        """Start the timer for the approval deadline the session now waits on, if any."""
-        state = self._state
-        assert state is not None
-        key = state.approval_deadline()
-        if key is not None and self._deadline_key != key:
-            self._deadline_key = key
-            asyncio.create_task(self._deadline(key))
+    @workflow.update
+    async def start_task(self, msg: StartTask) -> TaskResult:
+        """Claim a task (``task`` None: the next ready one) and run its pre-analysis."""
+        self._messages_this_run += 1
+        return await self._tasks.start(msg)
 
-    async def _deadline(self, key: tuple[int, datetime]) -> None:
-        """The timer; what a passed deadline means is ``SessionState.apply_deadline``'s call."""
-        state = self._state
-        assert state is not None
-        phase, due_at = key
-        remaining = max((due_at - workflow.now()).total_seconds(), 0.001)
+    @start_task.validator
+    def _validate_start_task(self, msg: StartTask) -> None:
+        check(self._ready().check_task(msg))
+
+    @workflow.update
+    async def complete_task(self, msg: CompleteTask) -> TaskResult:
+        self._messages_this_run += 1
+        return await self._tasks.complete(msg)
+
+    @complete_task.validator
+    def _validate_complete_task(self, msg: CompleteTask) -> None:
+        check(self._ready().check_task(msg))
+
+    @workflow.update
+    def block_task(self, msg: BlockTask) -> TaskResult:
+        self._messages_this_run += 1
+        return self._tasks.block(msg)
+
+    @block_task.validator
+    def _validate_block_task(self, msg: BlockTask) -> None:
+        check(self._ready().check_task(msg))
+
+    @workflow.update
+    def add_subtask(self, msg: AddSubtask) -> TaskResult:
+        self._messages_this_run += 1
+        return self._tasks.add_subtask(msg)
+
+    @add_subtask.validator
+    def _validate_add_subtask(self, msg: AddSubtask) -> None:
+        check(self._ready().check_task(msg))
+
+    @workflow.update
+    async def project_task_files(self) -> ProjectResult | None:
+        """Write the ``.workflow/`` files again now (``phasegate doctor --fix``)."""
+        self._messages_this_run += 1
+        if not self._tasks.projects():
+            return None
+        await workflow.wait_condition(lambda: not self._tasks._projecting)
+        return await self._tasks.project_once()
+
+    @project_task_files.validator
+    def _validate_project(self) -> None:
+        self._ready()
+
+    @workflow.query
+    def tasks(self, q: BoardQuery) -> BoardView:
+        """The board: the current phase's tasks (or one phase's, or all), the next ready one."""
+        state = self._ready()
         try:
-            await workflow.wait_condition(
-                lambda: not state.approval_pending(phase, due_at), timeout=remaining
-            )
-            # Decided, rolled back or paused in time; a resume arms the deadline again.
-            if self._deadline_key == key:
-                self._deadline_key = None
-            return
-        except TimeoutError:
-            pass
-        async with self._lock:
-            expiry = state.apply_deadline(
-                phase, due_at, workflow.now(), session_id=workflow.info().workflow_id
-            )
-            if expiry is None:
-                return
-            self._publish()
-        if expiry.notify is not None:  # outside the lock: retries must not block decisions
-            await self._notify(expiry.notify, phase)
+            return state.tasks.view(q, state.current.index, workflow.info().workflow_id)
+        except PhasegateError as exc:
+            raise application_error(exc, non_retryable=False) from None
 
-    async def _notify(self, request: NotifyRequest, phase: int) -> None:
-        state = self._state
-        assert state is not None
-        error: str | None = None
-        try:
-            await workflow.execute_activity(
-                notify_webhook,
-                request,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(minutes=1)),
-            )
-        except ActivityError as exc:
-            error = str(exc.cause or exc)
-        state.apply_notification(phase, request.url, workflow.now(), error)
+    @workflow.query
+    def task_files(self) -> TaskFilesSource:
+        """What the ``.workflow/`` files show (read by the projection activity)."""
+        return files_source(self._ready(), workflow.info().workflow_id)
 
     # ---- queries -------------------------------------------------------
 

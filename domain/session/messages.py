@@ -25,6 +25,7 @@ from phasegate.domain.limits import (
     Name,
 )
 from phasegate.domain.signing import ApproverKey
+from phasegate.domain.tasks.model import TaskSpec
 from phasegate.domain.verify import VerifyReport, VerifyRequest, VerifyResult
 
 __all__ = [
@@ -125,6 +126,11 @@ class SessionOptions(BaseModel):
         "commands (phasegate submit, the submit_checkpoint tool, PhasegateClient.submit); "
         "unset: all three.",
     )
+    task_files: bool | None = Field(
+        None,
+        description="Project the task board to .workflow/WFS-<slug>/ files in the target "
+        "(on by default for a session imported from a task folder).",
+    )
     prefetch: bool = Field(
         True,
         description="Render the next phase in the background while the agent works, so an "
@@ -152,6 +158,9 @@ class RenderedTask(BaseModel):
     status: str = "todo"
     optional: bool = False
     context: list[dict[str, Any]] = Field(default_factory=list)
+    task: TaskSpec | None = Field(
+        None, description="The task as its definition gives it (for the task board)."
+    )
 
 
 class PhaseDefinition(BaseModel):
@@ -241,6 +250,11 @@ class SessionPlan(BaseModel):
         True, description="Whether this deployment accepts unsigned (name-only) controls."
     )
     prefetch: bool = Field(True, description="False: the deployment turns prefetch off.")
+    task_folder: str | None = Field(
+        None,
+        description="The .workflow/WFS-* folder (relative to the target) the task board is "
+        "projected to; None: no task files.",
+    )
 
     def options_for(self, options: SessionOptions) -> SessionOptions:
         """The session's options as this deployment allows them (prefetch may be off)."""

@@ -21,7 +21,6 @@ several live here. Who may approve and control is decided in ``approvals`` and
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -29,19 +28,17 @@ from pydantic import BaseModel, Field, model_validator
 
 from phasegate.domain import trust
 from phasegate.domain.errors import (
-    PayloadTooLarge,
-    PhaseSequenceViolation,
     SessionError,
-    SessionNotActive,
 )
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import GateEvaluation
 from phasegate.domain.session import approvals as session_approvals
 from phasegate.domain.session import bounds as session_bounds
-from phasegate.domain.session import checking
+from phasegate.domain.session import checking, tasking
 from phasegate.domain.session import controls as session_controls
 from phasegate.domain.session import views as session_views
 from phasegate.domain.session.approvals import DEADLINE_ACTOR, ApprovalExpiry
+from phasegate.domain.session.checking import evidence_size
 from phasegate.domain.session.ledger import (
     Answers,
     ApprovalBook,
@@ -68,6 +65,7 @@ from phasegate.domain.session.messages import (
     SessionView,
     TaskView,
 )
+from phasegate.domain.tasks.board import TaskBoard
 from phasegate.domain.verify import VerifyRequest, VerifyResult, budget_seconds, reads_only
 
 __all__ = [
@@ -91,11 +89,6 @@ VERIFY_SLACK_SECONDS = 60.0
 UPDATES_BEFORE_CONTINUE = 1800  # verify activity: start-up, file and git checks, reporting
 
 
-def evidence_size(evidence: dict[str, Any]) -> int:
-    """Bytes of the evidence as compact JSON (what the cap is measured on)."""
-    return len(json.dumps(evidence, separators=(",", ":"), default=str).encode())
-
-
 class SessionState(BaseModel):
     """Everything a session knows; carried whole across continue-as-new."""
 
@@ -111,6 +104,7 @@ class SessionState(BaseModel):
     attempts: AttemptLog = Field(default_factory=AttemptLog)
     book: ApprovalBook = Field(default_factory=ApprovalBook)
     answers: Answers = Field(default_factory=Answers)
+    tasks: TaskBoard = Field(default_factory=TaskBoard)
     feedback: str = ""
     audit: list[AuditEntry] = Field(default_factory=list)
     last_signal_error: str | None = None
@@ -186,41 +180,15 @@ class SessionState(BaseModel):
 
     def check_submission(self, sub: CheckpointSubmission) -> SessionError | None:
         """Why a submission must be refused before it touches history, or None."""
-        if sub.submission_id and sub.submission_id in self.answers:
-            return None  # a repeat: answered with the original result
-        if self.status == "paused":
-            return SessionNotActive(
-                f"session is paused; checkpoints are refused until it is resumed "
-                f"(phase {self.current.index})",
-                hint="ask a person to resume it: phasegate control SESSION resume",
-            )
-        if self.finished:
-            return SessionNotActive(
-                f"session is {self.status}; it takes no more checkpoints",
-                hint="start a new session",
-            )
-        if self.awaiting_approval:
-            who = ", ".join(self.allowed_approvers()) or "an approver"
-            return SessionNotActive(
-                f"phase {self.current.index} passed its checkpoint and awaits approval by {who}",
-                hint="wait for the decision; a rejection reopens the phase with feedback",
-            )
-        if sub.phase != self.current.index:
-            done = sub.phase in self.phases.past
-            return PhaseSequenceViolation(
-                f"phase {sub.phase} is {'already completed' if done else 'not reached yet'}; "
-                f"the session is on phase {self.current.index} ({self.current.name})",
-                where="phase",
-                hint=f"submit evidence for phase {self.current.index}",
-            )
-        size = evidence_size(sub.evidence)
-        if size > self.options.max_evidence_bytes:
-            return PayloadTooLarge(
-                f"evidence is {size} bytes; the limit is {self.options.max_evidence_bytes}",
-                where="evidence",
-                hint="submit paths or summaries instead of whole files",
-            )
-        return None
+        return checking.submission_refusal(self, sub)
+
+    def check_task(self, msg: tasking.TaskMessage) -> SessionError | None:
+        """Why a task message must be refused, or None (``tasking``, the board)."""
+        return tasking.check_task(self, msg)
+
+    def enter_current_tasks(self, now: datetime | None) -> None:
+        """Put the current phase's tasks on the board (once)."""
+        tasking.enter_tasks(self, self.current, now)
 
     def check_decision(
         self, decision: ApprovalDecision, session_id: str = ""
@@ -231,8 +199,15 @@ class SessionState(BaseModel):
     # ---- changing ------------------------------------------------------
 
     def evaluate(self, sub: CheckpointSubmission) -> GateEvaluation:
-        """The gate's verdict on the evidence alone (no workspace checks); changes nothing."""
-        return evaluate_gate(self.current.gate, sub.evidence)
+        """The gate's verdict on the evidence alone (no workspace checks) and, where the
+        gate asks, on the phase's tasks; changes nothing."""
+        evaluation = evaluate_gate(self.current.gate, sub.evidence)
+        if self.current.gate.tasks_complete:
+            problems = self.tasks.gate_problems(self.current.index)
+            if problems:
+                update = {"passed": False, "problems": [*evaluation.problems, *problems]}
+                evaluation = evaluation.model_copy(update=update)
+        return evaluation
 
     def needs_verify(self, evaluation: GateEvaluation) -> bool:
         """Workspace checks run only for evidence that passes everything else."""
@@ -394,6 +369,7 @@ class SessionState(BaseModel):
             self.status = "completed"
             return
         self.phases.enter(next_phase)
+        tasking.enter_tasks(self, next_phase, now)
         self.status = "active"
 
     def apply_decision(
@@ -557,6 +533,7 @@ class SessionState(BaseModel):
         """The state a continue-as-new handed to run ``run_id`` (only ever called once the
         server has vouched for where it came from: ``workflows._kit.CarryGate``)."""
         state = cls.model_validate(carried)
+        state.enter_current_tasks(None)  # carried from before task state
         state.runs += 1
         state.note_run(run_id)
         return state

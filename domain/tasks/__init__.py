@@ -1,0 +1,1 @@
+"""Task-level state: the task board of a gated session (see ``board``)."""

@@ -1,0 +1,210 @@
+"""Task state in a gated session, on a real dev server: claims (exactly one of two
+agents wins; 20 agents claim every task once), dependency order, acceptance checks
+against the workspace, containers derived from dynamic subtasks, a phase gated on its
+tasks, and the refusals a hostile agent gets."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+
+from phasegate.client.api import PhasegateClient
+from phasegate.domain.session.messages import CheckpointSubmission, SessionOptions
+from phasegate.domain.tasks.messages import (
+    AddSubtask,
+    BlockTask,
+    BoardQuery,
+    BoardView,
+    CompleteTask,
+    StartTask,
+    TaskResult,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+SPEC = """# Tasks: greeting
+
+## Phase 1: Build
+
+- [ ] T001 Write the greeting file
+  - Acceptance: `greeting.txt` contains `hello`
+- [ ] T002 Document it (depends on T001)
+- [ ] T003 Tidy up
+
+## Phase 2: Ship
+
+- [ ] T004 Tag the release
+"""
+
+
+async def _session(pg: PhasegateClient, tmp_path: Path, spec: str = SPEC) -> WorkflowHandle[Any, Any]:
+    (tmp_path / "tasks.md").write_text(spec)
+    session_id = await pg.start(
+        "tasks_v1", str(tmp_path), options=SessionOptions(spec_path=str(tmp_path / "tasks.md"))
+    )
+    handle = pg.handle(session_id)
+    for _ in range(100):
+        try:
+            await handle.query("tasks", BoardQuery(), result_type=BoardView)
+            return handle
+        except Exception:  # noqa: BLE001 - still loading its definition
+            await asyncio.sleep(0.05)
+    raise AssertionError("the session never loaded")
+
+
+async def _update(handle: WorkflowHandle[Any, Any], name: str, msg: Any) -> TaskResult:
+    result: TaskResult = await handle.execute_update(name, msg, result_type=TaskResult)
+    return result
+
+
+async def _refused(handle: WorkflowHandle[Any, Any], name: str, msg: Any) -> str:
+    with pytest.raises(WorkflowUpdateFailedError) as caught:
+        await handle.execute_update(name, msg, result_type=TaskResult)
+    return str(caught.value.cause)
+
+
+async def _board(handle: WorkflowHandle[Any, Any], **query: Any) -> BoardView:
+    view: BoardView = await handle.query("tasks", BoardQuery(**query), result_type=BoardView)
+    return view
+
+
+async def test_dependencies_acceptance_and_the_phase_gate(session_env, tmp_path):
+    pg, _ = session_env
+    handle = await _session(pg, tmp_path)
+    board = await _board(handle)
+    assert [(t.id, t.status, t.waiting_for) for t in board.lines] == [
+        ("T001", "pending", []),
+        ("T002", "pending", ["T001"]),
+        ("T003", "pending", []),
+    ]
+    assert board.next_task == "T001"
+    assert board.lines[0].title == "Write the greeting file"
+
+    # T002 waits for T001; the phase cannot be handed in with open tasks.
+    assert "depends on T001" in await _refused(
+        handle, "start_task", StartTask(agent="ann", task="T002")
+    )
+    result = await pg.submit(handle.id, 0, {"summary": "done?"})
+    assert not result.passed
+    assert any(p.rule == "tasks_complete" and "T001 (pending)" in p.message for p in result.problems)
+
+    started = await _update(handle, "start_task", StartTask(agent="ann"))  # the next ready
+    assert started.task.id == "T001" and started.task.claimed_by == "ann"
+    assert "claimed by ann" in await _refused(
+        handle, "start_task", StartTask(agent="bob", task="T001")
+    )
+    assert "claimed by ann, not bob" in await _refused(
+        handle, "complete_task", CompleteTask(agent="bob", task="T001", summary="mine")
+    )
+
+    # The acceptance criterion is checked against the workspace: not there yet.
+    failed = await _update(
+        handle, "complete_task", CompleteTask(agent="ann", task="T001", summary="wrote it")
+    )
+    assert not failed.ok and failed.task.status == "active"
+    assert failed.criteria[0].check and failed.criteria[0].passed is False
+    (tmp_path / "greeting.txt").write_text("hello world\n")
+    done = await _update(
+        handle, "complete_task", CompleteTask(agent="ann", task="T001", summary="wrote it")
+    )
+    assert done.ok and done.task.status == "completed" and done.criteria[0].passed is True
+    assert done.next_task == "T002"
+
+    for task in ("T002", "T003"):
+        await _update(handle, "start_task", StartTask(agent="ann", task=task))
+        last = await _update(
+            handle, "complete_task", CompleteTask(agent="ann", task=task, summary="ok")
+        )
+    assert last.phase_ready
+    passed = await pg.submit(handle.id, 0, {"summary": "built"})
+    assert passed.passed and passed.current_phase == 1
+    board = await _board(handle)
+    assert [t.id for t in board.lines] == ["T004"]
+    assert "earlier phase" in await _refused(
+        handle, "start_task", StartTask(agent="ann", task="T002")
+    )
+
+
+async def test_subtasks_make_a_container_and_twenty_agents_claim_each_task_once(
+    session_env, tmp_path
+):
+    pg, _ = session_env
+    handle = await _session(pg, tmp_path)
+    await _update(handle, "start_task", StartTask(agent="ann", task="T003"))
+    ids = []
+    for n in range(24):
+        added = await _update(
+            handle, "add_subtask", AddSubtask(agent="ann", parent="T003", title=f"piece {n}")
+        )
+        ids.append(added.task.id)
+    assert ids[:2] == ["T003.1", "T003.2"]
+    board = await _board(handle)
+    container = next(t for t in board.lines if t.id == "T003")
+    assert container.status == "container" and container.progress == "0/24"
+    assert container.claimed_by == ""  # a container never runs
+    assert "itself a subtask" in await _refused(
+        handle, "add_subtask", AddSubtask(agent="ann", parent="T003.1", title="too deep")
+    )
+    assert "not one of the commands" in await _refused(
+        handle,
+        "add_subtask",
+        AddSubtask(agent="ann", parent="T003", title="x", acceptance=["`rm -rf .` exits 0"]),
+    )
+
+    async def claim(agent: str) -> str | None:
+        try:
+            return (await _update(handle, "start_task", StartTask(agent=agent))).task.id
+        except WorkflowUpdateFailedError:
+            return None
+
+    won = await asyncio.gather(*(claim(f"agent-{n}") for n in range(20)))
+    claimed = [w for w in won if w is not None]
+    assert len(claimed) == len(set(claimed)) == 20  # T001 and 19 of T003's pieces
+    board = await _board(handle, limit=100)
+    holders = {t.id: t.claimed_by for t in board.lines if t.status == "active"}
+    assert sorted(holders) == sorted(claimed)
+    assert len(set(holders.values())) == 20
+
+    # Blocking releases the claim; the container completes only with every piece.
+    blocked = await _update(handle, "block_task", BlockTask(agent="x", task=ids[0], reason="no"))
+    assert blocked.task.status == "blocked" and blocked.task.claimed_by == ""
+    assert "a container never runs" in await _refused(
+        handle, "start_task", StartTask(agent="ann", task="T003")
+    )
+    assert "container" in await _refused(
+        handle, "complete_task", CompleteTask(agent="ann", task="T003", summary="all")
+    )
+
+
+async def test_hostile_task_messages_are_refused_and_the_session_answers(session_env, tmp_path):
+    pg, _ = session_env
+    handle = await _session(pg, tmp_path)
+    await _update(handle, "start_task", StartTask(agent="ann", task="T003"))
+    big = {"blob": "x" * 20_000}
+    assert "16384" in await _refused(
+        handle, "complete_task", CompleteTask(agent="ann", task="T003", summary="s", evidence=big)
+    )
+    assert "no task T999" in await _refused(
+        handle, "start_task", StartTask(agent="ann", task="T999")
+    )
+    with pytest.raises(Exception):  # an id no task may have: refused before the workflow
+        await handle.execute_update(
+            "start_task", {"agent": "ann", "task": "../../etc"}, result_type=TaskResult
+        )
+    with pytest.raises(Exception):
+        await handle.execute_update("start_task", {"agent": "", "task": "T001"})
+    assert "depends_on names T777" in await _refused(
+        handle, "add_subtask", AddSubtask(agent="ann", parent="T003", title="x", depends_on=["T777"])
+    )
+    board = await _board(handle)  # still answering, nothing changed by the refusals
+    assert {t.id: t.status for t in board.lines} == {
+        "T001": "pending",
+        "T002": "pending",
+        "T003": "active",
+    }
+    sub = CheckpointSubmission(phase=0, evidence={"summary": "x"})
+    assert not (await pg.submit(handle.id, sub.phase, sub.evidence)).passed
