@@ -208,3 +208,50 @@ async def test_hostile_task_messages_are_refused_and_the_session_answers(session
     }
     sub = CheckpointSubmission(phase=0, evidence={"summary": "x"})
     assert not (await pg.submit(handle.id, sub.phase, sub.evidence)).passed
+
+
+async def _until(predicate: Any, what: str, seconds: float = 20.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_task_files_are_views_projected_from_the_session(session_env, tmp_path):
+    """The .workflow/ files follow every change; a hand edit is reported and overwritten,
+    a deleted file is rebuilt; nothing is ever read back from them."""
+    pg, _ = session_env
+    (tmp_path / "tasks.md").write_text(SPEC)
+    session_id = await pg.start(
+        "tasks_v1",
+        str(tmp_path),
+        options=SessionOptions(spec_path=str(tmp_path / "tasks.md"), task_files=True),
+    )
+    handle = pg.handle(session_id)
+    folder = tmp_path / ".workflow" / "WFS-tasks-gate-the-phase"
+    todo = folder / "TODO_LIST.md"
+    await _until(todo.is_file, "the first projection")
+    assert (folder / ".task" / "T001.json").is_file()
+    assert "- [ ] **T001**" in todo.read_text()
+
+    await _update(handle, "start_task", StartTask(agent="ann", task="T003"))
+    await _update(handle, "complete_task", CompleteTask(agent="ann", task="T003", summary="tidy"))
+    await _until(lambda: "- [x] **T003**" in todo.read_text(), "T003 checked in TODO_LIST.md")
+    summary = folder / ".summaries" / "T003-summary.md"
+    await _until(summary.is_file, "T003's summary")
+    assert "tidy" in summary.read_text()
+
+    # A hand edit that marks T001 done is not believed, and is written over.
+    todo.write_text(todo.read_text().replace("- [ ] **T001**", "- [x] **T001**"))
+    (folder / ".task" / "T002.json").unlink()
+    await _update(handle, "start_task", StartTask(agent="ann", task="T001"))
+    await _until(lambda: "- [ ] **T001**" in todo.read_text(), "the hand edit overwritten")
+    await _until((folder / ".task" / "T002.json").is_file, "T002.json rebuilt")
+    board = await _board(handle, task="T001")
+    assert board.task is not None and board.task.status == "active"
+    state = await pg.status(session_id)
+    assert any(
+        a.action == "task_files" and "TODO_LIST.md was edited by hand" in a.detail
+        for a in state.audit
+    )
