@@ -1,5 +1,6 @@
-"""``phasegate start | status | phase | task | submit | list | sessions prune | watch``:
-start a session and follow it through its phases (all need Temporal)."""
+"""``phasegate start | status | phase | submit | list | sessions prune | watch``:
+start a session and follow it through its phases (all need Temporal). A phase's tasks:
+``client/cli/tasks.py`` (``phasegate task ...``)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,6 @@ from phasegate.client.cli._render import (
     render_other_runs,
     render_phase,
     render_status,
-    render_task,
     render_violation,
     to_json,
     ui_url,
@@ -58,10 +58,6 @@ def register(sub: Any) -> None:
     s = sub.add_parser("phase", parents=[JSON, SESSION], help="a phase's content, tasks and gate")
     s.add_argument("phase", metavar="N", type=int, nargs="?", help="default: the current phase")
     s.set_defaults(func=remote(phase))
-    s = sub.add_parser("task", parents=[JSON, SESSION], help="one task of a phase")
-    s.add_argument("phase", metavar="PHASE", type=int)
-    s.add_argument("task", metavar="TASK", help="task id as written or its 1-based number")
-    s.set_defaults(func=remote(task))
     _submit_parser(sub)
     s = sub.add_parser("list", parents=[JSON], help="sessions from Temporal visibility")
     s.add_argument("--status", help="e.g. active, awaiting_approval, completed")
@@ -141,6 +137,12 @@ def _start_parser(sub: Any) -> None:
         help="render each next phase only when it is reached (sealed deployments: no future "
         "phase in history; advances are slower)",
     )
+    s.add_argument(
+        "--task-files",
+        action="store_true",
+        help="write the task board to .workflow/WFS-<slug>/ in TARGET as the session goes "
+        "(views, never read back; on by default for a .workflow task folder as --spec)",
+    )
     s.add_argument("--no-wait", action="store_true", help="do not wait for the definition")
     s.add_argument(
         "--no-check",
@@ -197,6 +199,8 @@ async def start(ctx: Ctx) -> int:
         opts["prefetch"] = False
     if a.test_command:
         opts["test_command"] = a.test_command
+    if a.task_files:
+        opts["task_files"] = True
     opts.setdefault("interface", "cli")  # phase text names the CLI's commands
     try:
         options = SessionOptions.model_validate(opts)
@@ -264,12 +268,6 @@ async def phase(ctx: Ctx) -> int:
     pg = await ctx.client()
     view = await pg.phase(ctx.args.session_id, ctx.args.phase)
     return _show_or_refuse(ctx, view, render_phase)
-
-
-async def task(ctx: Ctx) -> int:
-    pg = await ctx.client()
-    view = await pg.task(ctx.args.session_id, ctx.args.phase, ctx.args.task)
-    return _show_or_refuse(ctx, view, render_task)
 
 
 def _show_or_refuse(ctx: Ctx, view: Any, show: Callable[[Any], str]) -> int:
