@@ -472,6 +472,7 @@ class SessionState(BaseModel):
             self.status = "abandoned"
         elif req.action == "retry_phase":
             self._retry_phase()
+            self.tasks.release_person_blocks(phase, now)
         elif req.action == "rollback":
             assert req.to_phase is not None
             self._rollback(req.to_phase)

@@ -273,8 +273,9 @@ class TaskBoard(BaseModel):
         if task.needs_person:
             return _refused(
                 f"{task_id} is blocked until a person unblocks it: {task.blocked_reason}",
-                hint="ask a person to run `phasegate task unblock SESSION "
-                f"{task_id} --as NAME`; meanwhile `phasegate task next`",
+                hint="once it is resolved, a person reopens the phase's blocked steps with "
+                "`phasegate control SESSION retry_phase --reason ...`; meanwhile "
+                "`phasegate task next`",
             )
         waiting = self.waiting_for(task_id, current_phase, kids)
         if waiting:
@@ -401,13 +402,19 @@ class TaskBoard(BaseModel):
         self._changed()
         return self._result(msg.task, current_phase, ok=True)
 
-    def unblock(self, task_id: str, now: datetime) -> None:
-        """A person's unblock: the task is pending again (its claim was released)."""
-        task = self.tasks[task_id]
-        task.status, task.needs_person = "pending", False
-        task.blocked_reason = task.blocked_by = ""
-        task.updated_at = now
-        self._changed()
+    def release_person_blocks(self, phase: int, now: datetime) -> list[str]:
+        """A person's signed ``retry_phase``: tasks of ``phase`` a pre-analysis step
+        blocked for a person are pending again (their steps run at the next start)."""
+        released = []
+        for task in self.tasks.values():
+            if task.phase == phase and task.status == "blocked" and task.needs_person:
+                task.status, task.needs_person, task.context = "pending", False, []
+                task.blocked_reason = task.blocked_by = ""
+                task.updated_at = now
+                released.append(task.spec.id)
+        if released:
+            self._changed()
+        return released
 
     # ---- split ---------------------------------------------------------
 
