@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -98,6 +99,8 @@ HEARTBEAT_EVERY = 50
 MANIFEST = ".phasegate-views.json"
 ORIGINALS = ".phasegate-originals"
 _KEPT_HASHES = 4
+LOCK_FILE = ".phasegate-lock"
+_FOLDER_LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
 _TEMP = re.compile(r"\.(.+)\.[0-9a-f]{16}\.tmp")
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _LAST = {PLAN_FILE: 1, TODO_FILE: 2, SESSION_FILE: 3}  # written after the task files
@@ -184,6 +187,14 @@ class TaskFileActivities:
         problem = check_folder(req.folder)
         if problem is not None:
             raise _refused(problem, req.folder, "the session names its folder when it starts")
+        # One projection of a folder at a time in this worker, reading the board inside
+        # the lock: a projection a continued run left behind can never write an older
+        # board over a newer one (write_views also holds an flock, across processes).
+        lock = _FOLDER_LOCKS.setdefault((req.target, req.folder), asyncio.Lock())
+        async with lock:
+            return await self._project(req)
+
+    async def _project(self, req: ProjectRequest) -> ProjectResult:
         source = await self.source_reader(req)
         if source.folder != req.folder:
             source = source.model_copy(update={"folder": req.folder})
@@ -350,6 +361,7 @@ def write_views(
     out = ViewsWritten(hashes={rel: digest(data) for rel, data in new.items()})
     with contextlib.ExitStack() as stack:
         folders = _Folders(root, tuple(folder.split("/")), stack)
+        _hold_lock(folders.get(""), stack)
         manifest = _read_manifest(folders.get(""))
         _write_manifest(folders.get(""), manifest, out.hashes)
         for sub in ("", ".task", ".summaries"):
@@ -367,6 +379,15 @@ def write_views(
             if target is not None and target.remove(name):
                 out.deleted.append(rel)
     return out
+
+
+def _hold_lock(top: _Folder, stack: contextlib.ExitStack) -> None:
+    """An exclusive flock on ``.phasegate-lock`` in the folder until ``stack`` closes."""
+    fd = os.open(
+        LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=top._fd
+    )
+    stack.callback(os.close, fd)
+    fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def _write_one(

@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
-from phasegate.activities.task_files import MANIFEST, ORIGINALS, TaskFileActivities
+from phasegate.activities.task_files import LOCK_FILE, MANIFEST, ORIGINALS, TaskFileActivities
 from phasegate.domain.tasks.board import TaskBoard
 from phasegate.domain.tasks.files import ProjectRequest, ProjectResult, TaskFilesSource
 from phasegate.domain.tasks.messages import CompleteTask, StartTask
@@ -109,7 +109,10 @@ def on_disk(target: Path) -> dict[str, str]:
     return {
         p.relative_to(base).as_posix(): p.read_text(encoding="utf-8")
         for p in sorted(base.rglob("*"))
-        if p.is_file() and p.name != MANIFEST and ORIGINALS not in p.parts and p.suffix != ".tmp"
+        if p.is_file()
+        and p.name not in (MANIFEST, LOCK_FILE)
+        and ORIGINALS not in p.parts
+        and p.suffix != ".tmp"
     }
 
 

@@ -6,6 +6,7 @@ tasks, and the refusals a hostile agent gets."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,20 @@ async def _session(pg: PhasegateClient, tmp_path: Path, spec: str = SPEC) -> Wor
 
 
 async def _update(handle: WorkflowHandle[Any, Any], name: str, msg: Any) -> TaskResult:
-    result: TaskResult = await handle.execute_update(name, msg, result_type=TaskResult)
-    return result
+    """The update, retried (same id) while a continued run loads its carried state, as
+    phasegate's clients do."""
+    update_id = str(uuid.uuid4())
+    for _ in range(50):
+        try:
+            result: TaskResult = await handle.execute_update(
+                name, msg, id=update_id, result_type=TaskResult
+            )
+            return result
+        except WorkflowUpdateFailedError as exc:
+            if "still loading" not in str(exc.cause):
+                raise
+            await asyncio.sleep(0.1)
+    raise AssertionError("the session kept loading")
 
 
 async def _refused(handle: WorkflowHandle[Any, Any], name: str, msg: Any) -> str:
@@ -184,8 +197,8 @@ async def test_hostile_task_messages_are_refused_and_the_session_answers(session
     pg, _ = session_env
     handle = await _session(pg, tmp_path)
     await _update(handle, "start_task", StartTask(agent="ann", task="T003"))
-    big = {"blob": "x" * 20_000}
-    assert "16384" in await _refused(
+    big = {"blob": "x" * 9_000}
+    assert "8192" in await _refused(
         handle, "complete_task", CompleteTask(agent="ann", task="T003", summary="s", evidence=big)
     )
     assert "no task T999" in await _refused(

@@ -187,7 +187,8 @@ class GatedSession:
                 break
             self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        await self._tasks.flush()
+        if state.finished:  # a continued run projects what this one did not get to
+            await self._tasks.flush()
         self._publish()
         if not state.finished:
             workflow.continue_as_new(

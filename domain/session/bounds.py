@@ -149,6 +149,18 @@ def _elide_artifacts(state: SessionState) -> None:
         size -= before - len(canonical(artifacts[index].model_dump(mode="json")))
 
 
+def _compact_tasks(state: SessionState) -> None:
+    """Completed tasks' evidence to digests (it stays in the history of the run that
+    took the completion), shorter check excerpts and step outputs."""
+    state.tasks.compact(CARRY_LIMIT_BYTES // 4)
+
+
+def _strip_task_sources(state: SessionState) -> None:
+    """Last resort for huge imported boards: the task files' own objects (fields
+    phasegate does not model) are dropped; the files keep what phasegate models."""
+    state.tasks.drop_raw()
+
+
 def _strip_all_phases(state: SessionState) -> None:
     state.phases.strip_old_phases(keep=0)
     state.answers.clear()
@@ -160,8 +172,10 @@ _COMPACTION: tuple[Callable[[SessionState], None], ...] = (
     _strip_old_phases,
     _compact_remembered,
     _trim_logs,
+    _compact_tasks,
     _elide_artifacts,
     _strip_all_phases,
+    _strip_task_sources,
 )
 
 

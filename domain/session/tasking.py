@@ -9,12 +9,14 @@ tasks join the board when the phase is entered. Read-only but for
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from phasegate.domain.errors import SessionError, SessionNotActive
 from phasegate.domain.session.messages import AuditEntry, PhaseDefinition, RenderedTask
+from phasegate.domain.tasks.board import TaskBoard
 from phasegate.domain.tasks.files import PhaseLine, ProjectResult, TaskFilesSource
 from phasegate.domain.tasks.messages import AddSubtask, BlockTask, CompleteTask, StartTask
 from phasegate.domain.tasks.model import ID_PATTERN, TaskSpec
@@ -106,10 +108,30 @@ def files_source(state: SessionState, session_id: str) -> TaskFilesSource:
         current_phase=state.current.index,
         total_phases=state.total_phases,
         phases=lines,
-        board=state.tasks,
+        board=_bounded(state.tasks),
         started_at=state.started_at,
         updated_at=state.updated_at,
     )
+
+
+FILES_SOURCE_BYTES = 1_000_000
+"""The ``task_files`` answer stays under the server's blob limit (the carry's, 1.2 MB)."""
+
+
+def _bounded(board: TaskBoard) -> TaskBoard:
+    """The board, or a copy with completed tasks' evidence elided (then, for a huge
+    imported board, the task files' own objects dropped) when it is large."""
+
+    def size(b: TaskBoard) -> int:
+        return len(json.dumps(b.model_dump(mode="json"), default=str))
+
+    if size(board) <= FILES_SOURCE_BYTES:
+        return board
+    copy = board.model_copy(deep=True)
+    copy.compact(FILES_SOURCE_BYTES // 4)
+    if size(copy) > FILES_SOURCE_BYTES:
+        copy.drop_raw()
+    return copy
 
 
 def note_projection(state: SessionState, result: ProjectResult, now: datetime) -> None:

@@ -40,7 +40,7 @@ __all__ = [
     "TaskState",
 ]
 
-MAX_TASK_EVIDENCE_BYTES = 16 * 1024
+MAX_TASK_EVIDENCE_BYTES = 8 * 1024
 """A completion's evidence, as compact JSON: 500 tasks' evidence must fit the carry."""
 
 Agent = Annotated[Name, StringConstraints(min_length=1)]
@@ -68,7 +68,7 @@ class CompleteTask(_Message):
         min_length=1, max_length=MAX_TEXT_CHARS, description="What was done (the summary file)."
     )
     evidence: dict[str, Any] = Field(
-        default_factory=dict, description="Anything else to record (at most 16 KB as JSON)."
+        default_factory=dict, description="Anything else to record (at most 8 KB as JSON)."
     )
 
 
