@@ -249,7 +249,59 @@ async def verify_elsewhere(pg: PhasegateClient, home: str) -> None:
             await _reading_checks(split, home, "verify_elsewhere")
 
 
+async def task_state(pg: PhasegateClient, home: str) -> None:
+    """Task messages of every kind on a tasks_v1 session with task files: claims, a
+    completion refused by its acceptance check then taken, a block, a dynamic subtask,
+    the phase gate on its tasks, and a continue-as-new carrying the board."""
+    from phasegate.domain.tasks.messages import AddSubtask, BlockTask, CompleteTask, StartTask
+    from phasegate.domain.tasks.messages import TaskResult
+
+    ws = Path(home) / "tasks-ws"
+    ws.mkdir()
+    (ws / "tasks.md").write_text(
+        "# Tasks: record\n\n## Phase 1: Build\n\n"
+        "- [ ] T001 Write the file\n  - Acceptance: `out.txt` contains `ok`\n"
+        "- [ ] T002 Then this (depends on T001)\n\n## Phase 2: Ship\n\n- [ ] T003 Ship\n"
+    )
+    sid = await pg.start(
+        "tasks_v1",
+        str(ws),
+        session_id="task-state",
+        options=SessionOptions(
+            spec_path=str(ws / "tasks.md"), task_files=True, continue_as_new_after_events=90
+        ),
+    )
+    handle = pg.handle(sid)
+    first_run = (await handle.describe()).run_id
+    await asyncio.sleep(1)  # the definition has loaded
+
+    async def update(name: str, msg: object) -> None:
+        with contextlib.suppress(Exception):
+            await handle.execute_update(name, msg, result_type=TaskResult)
+        await asyncio.sleep(0.3)  # the task files follow each change
+
+    await update("start_task", StartTask(agent="ann"))
+    await update("start_task", StartTask(agent="bob", task="T001"))  # refused: ann's
+    await update("complete_task", CompleteTask(agent="ann", task="T001", summary="x"))
+    (ws / "out.txt").write_text("ok\n")
+    await update("complete_task", CompleteTask(agent="ann", task="T001", summary="wrote it"))
+    await update("start_task", StartTask(agent="bob", task="T002"))
+    await update("add_subtask", AddSubtask(agent="bob", parent="T002", title="half"))
+    await update("start_task", StartTask(agent="bob"))
+    await update("block_task", BlockTask(agent="bob", task="T002.1", reason="wait"))
+    await update("start_task", StartTask(agent="bob", task="T002.1"))
+    await update("complete_task", CompleteTask(agent="bob", task="T002.1", summary="done"))
+    await pg.submit(sid, 0, {"summary": "built"})
+    await asyncio.sleep(2)  # the task files have been written
+    await update("start_task", StartTask(agent="ann"))  # phase 1's T003: past the limit
+    await _save(pg, sid, "task_state_first_run", first_run)
+    await pg.status(sid)
+    await asyncio.sleep(1)
+    await _save(pg, sid, "task_state_continued")
+
+
 SCENARIOS = {
+    "task-state": task_state,
     "carry-proof": carry_proof,
     "verify-here": verify_here,
     "render-with-checks": render_with_checks,
