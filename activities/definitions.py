@@ -42,7 +42,8 @@ from phasegate.activities.library import (
 )
 from phasegate.activities.rag import Retriever
 from phasegate.activities.snapshots import SnapshotStore
-from phasegate.activities.tasks_md import SPEC_LIMIT, read_spec
+from phasegate.activities.task_folders import read_source
+from phasegate.activities.tasks_md import SPEC_LIMIT
 from phasegate.activities.templates import Renderer
 from phasegate.domain.commands import SessionCommands, bind_gate
 from phasegate.domain.errors import DefinitionError, PhasegateError, SessionError
@@ -274,7 +275,7 @@ class DefinitionActivities:
                     if key == "spec_path"
                     else f"start it with --option {key}=PATH naming the spec's tasks.md or folder",
                 )
-            spec = read_spec(
+            spec = read_source(  # a tasks.md, or a .workflow/WFS-* task folder
                 str(raw),
                 target=req.target,
                 extra_roots=self.spec_roots,
@@ -454,6 +455,8 @@ class DefinitionActivities:
             raise DefinitionError(f"phase {index} does not exist (0..{ref.total_phases - 1})")
         session = session_context(ref, index)
         if index < ref.static_phase_count:
+            if ref.snapshot_id is not None:  # a static phase may list the spec (phase 0's plan)
+                session["spec"] = self._snapshot(ref).model_dump(exclude={"sha256"})
             phase = self._static_phase(wf, session, index)
             if ref.commands is not None:
                 gate = bind_gate(phase.gate, ref.commands, None)
@@ -461,10 +464,7 @@ class DefinitionActivities:
             meta_phase = wf.metadata.static_phases[index]
             where = str(static_phase_dir(wf.path, meta_phase))
         else:
-            assert ref.snapshot_id is not None
-            spec = self.snapshots.get(
-                ref.snapshot_id, ref.spec_source, target=ref.target, extra_roots=self.spec_roots
-            )
+            spec = self._snapshot(ref)
             spec_index = index - ref.static_phase_count
             phase = self._dynamic_phase(wf, session, spec, index, spec_index, ref.commands)
             where = f"{spec.source}:{spec.phases[spec_index].line}"
@@ -472,6 +472,12 @@ class DefinitionActivities:
             phase, self.max_phase_bytes, where=where, spec=index >= ref.static_phase_count
         )
         return phase
+
+    def _snapshot(self, ref: DefinitionRef) -> ParsedSpec:
+        assert ref.snapshot_id is not None
+        return self.snapshots.get(
+            ref.snapshot_id, ref.spec_source, target=ref.target, extra_roots=self.spec_roots
+        )
 
     def _static_phase(
         self, wf: WorkflowDir, session: dict[str, Any], index: int

@@ -1,8 +1,8 @@
 """Content-addressed snapshots of parsed specs.
 
-A session parses its tasks.md once, at start, and keeps only the sha256 in
-its history; the parsed spec is stored here under that id. Later edits of the
-file do not change a running session. If a worker on another machine lacks
+A session parses its tasks.md (or task folder) once, at start, and keeps only the
+sha256 in its history; the parsed spec is stored here under that id. Later edits of
+the files do not change a running session. If a worker on another machine lacks
 the snapshot, it re-parses the source and accepts it only when the bytes still
 hash to the same id.
 """
@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import phasegate.activities._safe_read as safe_read
-from phasegate.activities.tasks_md import SPEC_LIMIT, read_spec
-from phasegate.domain.errors import DefinitionError, SpecParseError
+from phasegate.activities.task_folders import read_source
+from phasegate.activities.tasks_md import SPEC_LIMIT
+from phasegate.domain.errors import DefinitionError, SpecParseError, TaskFileInvalid
 from phasegate.domain.spec import ParsedSpec
 
 __all__ = ["SnapshotStore"]
@@ -37,7 +38,7 @@ class SnapshotStore:
         self._lock = threading.Lock()
 
     def keep(self, spec: ParsedSpec) -> ParsedSpec:
-        """Store ``spec`` (as ``activities.tasks_md.read_spec`` read it) under its sha256;
+        """Store ``spec`` (as ``activities.task_folders.read_source`` read it) under its sha256;
         returns it."""
         self._save(spec)
         return spec
@@ -50,7 +51,7 @@ class SnapshotStore:
         target: str | None = None,
         extra_roots: Sequence[str] = (),
     ) -> ParsedSpec:
-        """The snapshot ``snapshot_id``; rebuilt from ``source`` (read as ``read_spec``
+        """The snapshot ``snapshot_id``; rebuilt from ``source`` (read as ``read_source``
         reads it, held to ``target`` and ``extra_roots`` when ``target`` is given) only if
         its bytes still hash to ``snapshot_id``."""
         with self._lock:
@@ -64,12 +65,12 @@ class SnapshotStore:
             spec = ParsedSpec.model_validate_json(raw)
             self._remember(spec)
             return spec
-        if source and Path(source).is_file():
+        if source and Path(source).exists():  # a tasks.md, or a task folder
             try:
-                spec = read_spec(
+                spec = read_source(
                     source, target=target, extra_roots=extra_roots, limit=self.max_spec_bytes
                 )
-            except SpecParseError:  # the snapshot's bytes parsed, so these are other bytes
+            except (SpecParseError, TaskFileInvalid):  # the snapshot's bytes parsed: other bytes
                 spec = None
             if spec is not None and spec.sha256 == snapshot_id:
                 return self.keep(spec)

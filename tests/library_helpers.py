@@ -29,7 +29,8 @@ from phasegate.domain.spec import SpecPhase
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "library"
-SHIPPED = ("spec_execution_v1", "test_generation_v3", "production_code_v2")
+SHIPPED = ("spec_execution_v1", "test_generation_v3", "production_code_v2", "workflow_tasks_v1")
+RUNS_COMMANDS = ("spec_execution_v1", "workflow_tasks_v1")  # sessions that list their commands
 
 # Legacy names as the engine rewrites them: [PHASE_NAME] -> {{ legacy.PHASE_NAME }}.
 LEGACY = re.compile(
@@ -58,9 +59,10 @@ def static_phase_params() -> list[Any]:
 
 
 def read_gate(path: Path) -> GateDefinition:
-    """A gate file as a session serves it (spec_execution_v1's with the sample commands)."""
+    """A gate file as a session serves it (with the sample commands, in the workflows whose
+    sessions run commands)."""
     gate = load_gate(yaml.safe_load(path.read_text(encoding="utf-8")), source=str(path))
-    return bind_gate(gate, SAMPLE_COMMANDS, None) if "spec_execution_v1" in path.parts else gate
+    return bind_gate(gate, SAMPLE_COMMANDS, None) if set(RUNS_COMMANDS) & set(path.parts) else gate
 
 
 def render(path: Path, context: dict[str, Any]) -> str:
@@ -80,13 +82,14 @@ def evidence_example(markdown: str, where: str) -> dict[str, Any]:
 
 
 def session_ctx(workflow: str, total: int, index: int = 0) -> dict[str, Any]:
-    """``session`` as the engine passes it: spec_execution_v1 sessions run commands."""
+    """``session`` as the engine passes it: spec_execution_v1 and workflow_tasks_v1
+    sessions run commands."""
     ref = DefinitionRef(
         workflow_type=workflow,
         target="src/todo_api",
         total_phases=total,
         static_phase_count=1,
-        commands=SAMPLE_COMMANDS if workflow == "spec_execution_v1" else None,
+        commands=SAMPLE_COMMANDS if workflow in RUNS_COMMANDS else None,
     )
     return session_context(ref, index)
 
