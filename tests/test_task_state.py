@@ -42,10 +42,14 @@ SPEC = """# Tasks: greeting
 """
 
 
-async def _session(pg: PhasegateClient, tmp_path: Path, spec: str = SPEC) -> WorkflowHandle[Any, Any]:
+async def _session(
+    pg: PhasegateClient, tmp_path: Path, spec: str = SPEC, **options: Any
+) -> WorkflowHandle[Any, Any]:
     (tmp_path / "tasks.md").write_text(spec)
     session_id = await pg.start(
-        "tasks_v1", str(tmp_path), options=SessionOptions(spec_path=str(tmp_path / "tasks.md"))
+        "tasks_v1",
+        str(tmp_path),
+        options=SessionOptions(spec_path=str(tmp_path / "tasks.md"), **options),
     )
     handle = pg.handle(session_id)
     for _ in range(100):
@@ -103,7 +107,9 @@ async def test_dependencies_acceptance_and_the_phase_gate(session_env, tmp_path)
     )
     result = await pg.submit(handle.id, 0, {"summary": "done?"})
     assert not result.passed
-    assert any(p.rule == "tasks_complete" and "T001 (pending)" in p.message for p in result.problems)
+    assert any(
+        p.rule == "tasks_complete" and "T001 (pending)" in p.message for p in result.problems
+    )
 
     started = await _update(handle, "start_task", StartTask(agent="ann"))  # the next ready
     assert started.task.id == "T001" and started.task.claimed_by == "ann"
@@ -146,7 +152,8 @@ async def test_subtasks_make_a_container_and_twenty_agents_claim_each_task_once(
     session_env, tmp_path
 ):
     pg, _ = session_env
-    handle = await _session(pg, tmp_path)
+    handle = await _session(pg, tmp_path, complexity="medium")
+    assert (await _board(handle)).complexity == "medium"  # 3 tasks, raised by the starter
     await _update(handle, "start_task", StartTask(agent="ann", task="T003"))
     ids = []
     for n in range(24):
@@ -178,6 +185,7 @@ async def test_subtasks_make_a_container_and_twenty_agents_claim_each_task_once(
     claimed = [w for w in won if w is not None]
     assert len(claimed) == len(set(claimed)) == 20  # T001 and 19 of T003's pieces
     board = await _board(handle, limit=100)
+    assert board.complexity == "complex"  # 27 tasks now: raised, never lowered
     holders = {t.id: t.claimed_by for t in board.lines if t.status == "active"}
     assert sorted(holders) == sorted(claimed)
     assert len(set(holders.values())) == 20
@@ -211,7 +219,9 @@ async def test_hostile_task_messages_are_refused_and_the_session_answers(session
     with pytest.raises(Exception):
         await handle.execute_update("start_task", {"agent": "", "task": "T001"})
     assert "depends_on names T777" in await _refused(
-        handle, "add_subtask", AddSubtask(agent="ann", parent="T003", title="x", depends_on=["T777"])
+        handle,
+        "add_subtask",
+        AddSubtask(agent="ann", parent="T003", title="x", depends_on=["T777"]),
     )
     board = await _board(handle)  # still answering, nothing changed by the refusals
     assert {t.id: t.status for t in board.lines} == {

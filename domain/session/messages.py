@@ -126,6 +126,11 @@ class SessionOptions(BaseModel):
         "commands (phasegate submit, the submit_checkpoint tool, PhasegateClient.submit); "
         "unset: all three.",
     )
+    complexity: Literal["simple", "medium", "complex"] | None = Field(
+        None,
+        description="The task board's complexity, at least this (it is raised as tasks "
+        "are added, never lowered: simple < 5 tasks, medium 5-15, complex > 15).",
+    )
     task_files: bool | None = Field(
         None,
         description="Project the task board to .workflow/WFS-<slug>/ files in the target "

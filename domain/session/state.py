@@ -66,6 +66,7 @@ from phasegate.domain.session.messages import (
     TaskView,
 )
 from phasegate.domain.tasks.board import TaskBoard
+from phasegate.domain.tasks.naming import upgrade
 from phasegate.domain.verify import VerifyRequest, VerifyResult, budget_seconds, reads_only
 
 __all__ = [
@@ -187,8 +188,11 @@ class SessionState(BaseModel):
         return tasking.check_task(self, msg)
 
     def enter_current_tasks(self, now: datetime | None) -> None:
-        """Put the current phase's tasks on the board (once)."""
+        """Put the current phase's tasks on the board (once); the starter's complexity
+        raises the board's, never lowers it."""
         tasking.enter_tasks(self, self.current, now)
+        if self.options.complexity is not None:
+            self.tasks.complexity = upgrade(self.tasks.complexity, self.options.complexity)
 
     def check_decision(
         self, decision: ApprovalDecision, session_id: str = ""

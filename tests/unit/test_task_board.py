@@ -179,3 +179,16 @@ def test_names_and_complexity():
     assert naming.agent_for("docs", "anything") == "@doc-generator"
     b = board(*[TaskSpec(id=f"T{n}", title="x") for n in range(20)])
     assert b.complexity == "complex"
+
+
+def test_the_starters_complexity_raises_the_boards_and_never_lowers_it():
+    from phasegate.domain.session.messages import SessionOptions
+    from phasegate.domain.tasks.naming import upgrade
+
+    b = board(*[TaskSpec(id=f"T{n}", title="x") for n in range(6)])
+    assert b.complexity == "medium"
+    b.complexity = upgrade(b.complexity, SessionOptions(complexity="simple").complexity or "simple")
+    assert b.complexity == "medium"
+    b.complexity = upgrade(b.complexity, "complex")
+    b.enter_phase(2, [TaskSpec(id="X1", title="x")], NOW)
+    assert b.complexity == "complex"
