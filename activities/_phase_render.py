@@ -142,7 +142,9 @@ def session_context(ref: DefinitionRef, index: int) -> dict[str, Any]:
                 "name": c.name,
                 "command": c.text,
                 "source": c.source,
-                "when": "every phase that claims tests pass"
+                "when": f"task {c.task}'s {c.role.replace('_', '-')}"
+                if c.task is not None
+                else "every phase that claims tests pass"
                 if c.spec_phase is None
                 else f"spec phase {c.phase_label}'s checkpoint",
             }

@@ -337,6 +337,8 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         ApprovalRefused,
         SessionNotFound,
         StepSequenceViolation,
+        TaskRefused,
+        TaskFileInvalid,
         GraphInvalid,
         GraphFailed,
         OrchestrationError,
