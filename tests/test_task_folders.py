@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -486,6 +487,33 @@ async def test_a_session_runs_a_written_folder(session_env, tmp_path):
         ("IMPL-1.2", "IMPL-1", ["IMPL-1.1"]),
     ]
     assert board.next_task == "IMPL-1.1"
+
+    # Its claim runs the pre-analysis: `ls` (approved in phase 0) on the verify worker,
+    # its output in the task's context; `Read(README.md)` is an instruction for the agent.
+    started = await _update(pg, sid, "start_task", StartTask(agent="bob"))
+    assert started.task.id == "IMPL-1.1" and started.ok
+    look, read = started.context
+    assert look.step == "look" and look.ok and "README.md" in look.output
+    assert read.step == "read_readme" and "Read the README" in read.output
+    failed = await _update(
+        pg, sid, "complete_task", CompleteTask(agent="bob", task="IMPL-1.1", summary="wrote")
+    )
+    assert not failed.ok and failed.criteria[0].passed is False
+    (tmp_path / "greeting.txt").write_text("hello\n")
+    done = await _update(
+        pg, sid, "complete_task", CompleteTask(agent="bob", task="IMPL-1.1", summary="wrote")
+    )
+    assert done.ok and done.next_task == "IMPL-1.2"
+
+    # The imported folder is now a view of the session: its task files follow the board.
+    task_file = tmp_path / ".workflow" / "WFS-greeting" / ".task" / "IMPL-1.1.json"
+    for _ in range(200):
+        if json.loads(task_file.read_text()).get("status") == "completed":
+            break
+        await asyncio.sleep(0.05)
+    written = json.loads(task_file.read_text())
+    assert written["status"] == "completed"
+    assert written["flow_control"]["target_files"] == ["greeting.txt"]  # the file's own fields
 
 
 async def test_a_session_of_a_real_completed_folder(session_env, tmp_path):
