@@ -280,6 +280,7 @@ class DefinitionActivities:
                 target=req.target,
                 extra_roots=self.spec_roots,
                 limit=self.snapshots.max_spec_bytes,
+                layout=req.options.task_layout,
             )
             self.snapshots.keep(spec)
             spec_source = os.path.realpath(spec.source)

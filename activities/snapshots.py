@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import phasegate.activities._safe_read as safe_read
-from phasegate.activities.task_folders import read_source
+from phasegate.activities.task_folders import LAYOUTS, read_source
 from phasegate.activities.tasks_md import SPEC_LIMIT
 from phasegate.domain.errors import DefinitionError, SpecParseError, TaskFileInvalid
 from phasegate.domain.spec import ParsedSpec
@@ -66,14 +66,19 @@ class SnapshotStore:
             self._remember(spec)
             return spec
         if source and Path(source).exists():  # a tasks.md, or a task folder
-            try:
-                spec = read_source(
-                    source, target=target, extra_roots=extra_roots, limit=self.max_spec_bytes
-                )
-            except (SpecParseError, TaskFileInvalid):  # the snapshot's bytes parsed: other bytes
-                spec = None
-            if spec is not None and spec.sha256 == snapshot_id:
-                return self.keep(spec)
+            for layout in LAYOUTS:  # a task folder's digest covers its layout
+                try:
+                    spec = read_source(
+                        source,
+                        target=target,
+                        extra_roots=extra_roots,
+                        limit=self.max_spec_bytes,
+                        layout=layout,
+                    )
+                except (SpecParseError, TaskFileInvalid):  # the snapshot's bytes parsed
+                    break
+                if spec.sha256 == snapshot_id:
+                    return self.keep(spec)
         raise DefinitionError(
             f"spec snapshot {snapshot_id[:12]} is missing and {source or 'the source'} has changed",
             where=str(path),

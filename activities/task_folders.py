@@ -51,12 +51,20 @@ from phasegate.domain.tasks.rules import (
     resolve_tasks,
 )
 
-__all__ = ["TASK_FILE_LIMIT", "Layout", "is_task_folder", "read_source", "read_task_folder"]
+__all__ = [
+    "LAYOUTS",
+    "TASK_FILE_LIMIT",
+    "Layout",
+    "is_task_folder",
+    "read_source",
+    "read_task_folder",
+]
 
 TASK_FILE_LIMIT = 256 * safe_read.KiB
 """Largest task file (or workflow-session.json) read."""
 SESSION_FILE = "workflow-session.json"
 Layout = Literal["per_task", "stages"]
+LAYOUTS: tuple[Layout, ...] = ("per_task", "stages")
 _ANYWHERE_HINT = "pass --spec (MCP: spec_path) with the .workflow/WFS-* folder"
 _MAX_ERRORS_SHOWN = 20
 _MAX_WARNINGS = 100
@@ -82,14 +90,17 @@ def read_source(
     target: str | None = None,
     extra_roots: Sequence[str] = (),
     limit: int = SPEC_LIMIT,
+    layout: Layout = "per_task",
 ) -> ParsedSpec:
-    """A session's spec: a task folder (:func:`read_task_folder`), else a tasks.md
-    (``read_spec``); the arguments are ``read_spec``'s."""
+    """A session's spec: a task folder (:func:`read_task_folder`, in ``layout``), else a
+    tasks.md (``read_spec``); the other arguments are ``read_spec``'s."""
     where = Path(path).expanduser()
     if target and not where.is_absolute():
         where = Path(target) / where
     if is_task_folder(where):
-        return read_task_folder(path, target=target, extra_roots=extra_roots, limit=limit)
+        return read_task_folder(
+            path, target=target, extra_roots=extra_roots, limit=limit, layout=layout
+        )
     return read_spec(path, target=target, extra_roots=extra_roots, limit=limit)
 
 

@@ -413,6 +413,32 @@ def test_the_snapshot_is_rebuilt_from_the_folder(tmp_path):
     assert "is missing and" in caught.value.message and "has changed" in caught.value.message
 
 
+def test_a_stages_snapshot_is_rebuilt_in_its_layout(tmp_path):
+    folder = _greeting(tmp_path)
+    spec = read_source(str(folder), layout="stages")
+    again = SnapshotStore(str(tmp_path / "home")).get(spec.sha256, os.path.realpath(folder))
+    assert again == spec and [p.written_number for p in again.phases][1] == "IMPLEMENT"
+
+
+async def test_a_session_in_stages_puts_every_task_on_one_phase(session_env, tmp_path):
+    pg, _ = session_env
+    _greeting(tmp_path)
+    sid = await pg.start(
+        "workflow_tasks_v1",
+        str(tmp_path),
+        options=SessionOptions(spec_path=".workflow/WFS-greeting", task_layout="stages"),
+    )
+    assert (await pg.status(sid)).total_phases == 4  # review, PLAN, IMPLEMENT, REVIEW
+    view0 = await pg.phase(sid)
+    assert isinstance(view0, PhaseView)
+    assert (await pg.submit(sid, 0, view0.example_evidence)).awaiting_approval
+    await pg.decide(sid, approver="lead", decision="approve", phase=0)
+    assert (await pg.submit(sid, 1, {"summary": "the plan is the folder's"})).passed
+    board = await _board(pg, sid)
+    assert [t.id for t in board.lines] == ["IMPL-2", "IMPL-1", "IMPL-1.1", "IMPL-1.2"]
+    assert board.next_task == "IMPL-2"
+
+
 # ---------------------------------------------------------------- a session
 
 

@@ -126,6 +126,11 @@ class SessionOptions(BaseModel):
         "commands (phasegate submit, the submit_checkpoint tool, PhasegateClient.submit); "
         "unset: all three.",
     )
+    task_layout: Literal["per_task", "stages"] = Field(
+        "per_task",
+        description="A .workflow task folder as --spec: a phase per top-level task in "
+        "dependency order, or the stages PLAN / IMPLEMENT (every task) / REVIEW.",
+    )
     complexity: Literal["simple", "medium", "complex"] | None = Field(
         None,
         description="The task board's complexity, at least this (it is raised as tasks "
