@@ -32,6 +32,7 @@ from temporalio.service import RPCError
 from phasegate.client import _executions as executions
 from phasegate.client._base import BaseClient, sign_as, timed_out, transient
 from phasegate.client._executions import Waiting
+from phasegate.client._task_methods import NO_ARG, TaskMethods
 from phasegate.domain.errors import (
     PayloadTooLarge,
     PhasegateError,
@@ -87,8 +88,8 @@ def _listing(wf: Any) -> SessionListing:
     )
 
 
-class PhasegateClient(BaseClient):
-    """Start, read and drive gated sessions.
+class PhasegateClient(TaskMethods, BaseClient):
+    """Start, read and drive gated sessions, and their tasks (``client._task_methods``).
 
     Args:
         client: A connected Temporal client using the pydantic data converter.
@@ -330,7 +331,8 @@ class PhasegateClient(BaseClient):
         update_id = update_id or str(uuid.uuid4())
         for attempt in range(_TRANSIENT_RETRIES + 1):
             try:
-                return await self.handle(session_id).execute_update(update, arg, id=update_id)
+                args = [] if arg is NO_ARG else [arg]
+                return await self.handle(session_id).execute_update(update, args=args, id=update_id)
             except RPCError as exc:
                 if attempt < _TRANSIENT_RETRIES and transient(exc):
                     await asyncio.sleep(0.05 * (attempt + 1))

@@ -130,13 +130,12 @@ async def test_whole_session_through_mcp(env, settings_for, run_worker, tmp_path
         assert "| `modules_found` | integer | yes | lambda x: x > 0 | How many modules |" in text
         assert data["phase"]["gate"]["fields"]["summary"]["required"] is True
 
-        text, data = await ok("get_task", {"session_id": sid, "phase": 0, "task": 1})
+        show = {"session_id": sid, "action": "show"}  # a phase's task text (get_task's)
+        text, data = await ok("task", {**show, "phase": 0, "task_id": 1})
         assert "Read the code" in text and data["task"]["number"] == 1
 
         for phase in (1, 2):  # future phases are refused, without their content
-            refusal = await _err(
-                client, "get_task", {"session_id": sid, "phase": phase, "task": "1"}
-            )
+            refusal = await _err(client, "task", {**show, "phase": phase, "task_id": "1"})
             assert "phase_sequence_violation" in refusal and "not available" in refusal
             seen.append(refusal)
 
@@ -203,15 +202,18 @@ async def test_bad_inputs_are_tool_errors(env, settings_for, run_worker, tmp_pat
         assert "greater than or equal to 0" in text
         text = await _err(client, "submit_checkpoint", {"session_id": sid})
         assert "phase" in text and "evidence" in text and "required" in text.lower()
-        text = await _err(client, "get_task", {"session_id": sid, "phase": 0})
-        assert "task" in text
+        text = await _err(client, "task", {"session_id": sid, "action": "show", "phase": 0})
+        assert "needs task_id" in text
+        assert "Input should be" in await _err(client, "task", {"session_id": sid, "action": "x"})
         assert "at least 1" in await _err(client, "get_session_state", {"session_id": "  "})
         assert "at most 200" in await _err(client, "get_session_state", {"session_id": "s" * 201})
         text = await _err(client, "get_session_state", {"session_id": "no-such-session"})
         assert "session_not_found" in text and "no-such-session" in text
         text = await _err(client, "submit_checkpoint", {**submit, "phase": 2, "evidence": GOOD_0})
         assert "phase_sequence_violation" in text and SECRET not in text
-        text = await _err(client, "get_task", {"session_id": sid, "phase": 0, "task": "9"})
+        text = await _err(
+            client, "task", {"session_id": sid, "action": "show", "phase": 0, "task_id": "9"}
+        )
         assert "no task '9'" in text
         text = await _err(client, "start_session", {"workflow_type": "nope_v9", "target": ""})
         assert "workflow_not_found" in text and "mini_v1" in text
@@ -221,6 +223,65 @@ async def test_bad_inputs_are_tool_errors(env, settings_for, run_worker, tmp_pat
         assert data["status"] == "active" and data["attempts"] == 0
         _, data = await _ok(client, "submit_checkpoint", {**submit, "evidence": GOOD_0})
         assert data["passed"]
+
+
+TASKS_SPEC = """# Tasks: greeting
+
+## Phase 1: Build
+
+- [ ] T001 Write the greeting file
+  - Acceptance: `greeting.txt` contains `hello`
+- [ ] T002 Document it (depends on T001)
+"""
+
+
+async def test_task_tool_claims_and_completes_tasks(env, settings_for, run_worker, tmp_path):
+    from phasegate.domain.session.messages import SessionOptions
+
+    settings = settings_for(LIBRARY)
+    pg = PhasegateClient(env.client, settings.task_queue)
+    (tmp_path / "tasks.md").write_text(TASKS_SPEC)
+    async with run_worker(settings), _stdio(_server_env(_address(env), settings)) as client:
+        options = SessionOptions(spec_path=str(tmp_path / "tasks.md"))
+        sid = await pg.start("tasks_v1", str(tmp_path), options=options)
+        call = {"session_id": sid}
+
+        text, data = await _ok(client, "task", {**call, "action": "list"})
+        assert "- [ ] `T002` Document it (depends on T001) — waits for T001" in text
+        assert data["next_task"] == "T001" and data["tasks"][1]["waiting_for"] == ["T001"]
+        assert f'Next: task(action="next", session_id="{sid}") claims T001.' in text
+
+        assert "needs agent" in await _err(client, "task", {**call, "action": "next"})
+        text, data = await _ok(client, "task", {**call, "action": "next", "agent": "ann"})
+        assert text.startswith("Claimed `T001`: Write the greeting file (phase 0).")
+        assert "- `greeting.txt` contains `hello`" in text
+        done = f'task(action="done", session_id="{sid}", agent="ann", task_id="T001"'
+        assert f"Next: do the work, then {done}" in text
+        assert data["task"]["claimed_by"] == "ann" and data["acceptance"]
+
+        # Another agent is refused; the hint names the task tool, not the CLI.
+        text = await _err(
+            client, "task", {**call, "action": "start", "agent": "bob", "task_id": "T001"}
+        )
+        assert "task_refused" in text and "claimed by ann" in text
+        assert 'task(action="next")' in text and "phasegate task" not in text
+
+        args = {**call, "action": "done", "agent": "ann", "task_id": "T001", "summary": "wrote it"}
+        text, data = await _ok(client, "task", args)
+        assert text.startswith("**Not completed**: `T001` stays active.")
+        assert "- ✗ `greeting.txt` contains `hello` — greeting.txt does not exist" in text
+        assert not data["ok"] and data["criteria"][0]["passed"] is False
+        assert "Next: fix what failed, then " + done in text
+
+        (tmp_path / "greeting.txt").write_text("hello\n")
+        text, data = await _ok(client, "task", {**args, "evidence": {"files": ["greeting.txt"]}})
+        assert text.startswith("**Completed** `T001`.") and data["ok"]
+        assert "- ✓ `greeting.txt` contains `hello`" in text
+        assert f'Next: task(action="next", session_id="{sid}", agent="ann") claims T002.' in text
+
+        text, data = await _ok(client, "task", {**call, "action": "show", "task_id": "T001"})
+        assert "## [x] `T001`: Write the greeting file (completed)" in text
+        assert data["status"] == "completed" and data["summary"] == "wrote it"
 
 
 async def test_unreachable_temporal_is_a_tool_error(settings_for):

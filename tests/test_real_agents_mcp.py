@@ -37,7 +37,7 @@ def _walk(fake: FakeAnthropic | FakeOpenAI, target: Path) -> None:
 
     fake.respond(call(PREFIX + "start_session", {"workflow_type": WORKFLOW, "target": str(target)}))
     fake.respond(call(PREFIX + "get_current_phase", lambda r: ids(r)))
-    fake.respond(call(PREFIX + "get_task", lambda r: ids(r, phase=1, task="1")))
+    fake.respond(call(PREFIX + "task", lambda r: ids(r, action="show", phase=1, task_id="1")))
     evidence = {"plan": "Fix the typo in README.md and check the rendered page."}
     fake.respond(call(PREFIX + "submit_checkpoint", lambda r: ids(r, phase=0, evidence=evidence)))
     fake.respond(call(PREFIX + "get_session_state", lambda r: ids(r)))

@@ -1,8 +1,9 @@
 """The ``phasegate`` command line: run the dev server and worker, drive sessions.
 
 One module per command group, each adding its commands, their options and their
-handlers to the parser (``register``): ``sessions`` (start, status, phase, task,
-submit, list, sessions prune, watch), ``approvals`` (approve, reject, control),
+handlers to the parser (``register``): ``sessions`` (start, status, phase, submit,
+list, sessions prune, watch), ``tasks`` (task list|next|start|done|block|split|show),
+``task_markers`` (session use|current, doctor), ``approvals`` (approve, reject, control),
 ``library`` (spec parse, library list|check, index, search), ``keys``,
 ``servers`` (dev, server, worker, mcp) and ``orchestrate`` (orchestrate, plan show).
 
@@ -12,8 +13,10 @@ Read commands print compact text by default and the message model's JSON with
 ====  ==========================================================
 0     success (``submit``: the checkpoint passed)
 1     an error; one line ``error: ...`` on stderr, never a traceback
-2     ``submit``: the gate refused the evidence (problems printed)
-3     ``phase``/``task``: the phase is in the future (refused);
+2     ``submit``: the gate refused the evidence (problems printed);
+      ``task done``: a criterion failed (the task stays active);
+      ``task next``/``start``: a pre-analysis step failed (the task is blocked)
+3     ``phase``/``task show --phase``: the phase is in the future (refused);
       ``orchestrate --no-wait``: the orchestration waits for a person
 ====  ==========================================================
 
@@ -30,7 +33,17 @@ import os
 import sys
 from collections.abc import Iterator
 
-from phasegate.client.cli import approvals, graphs, keys, library, orchestrate, servers, sessions
+from phasegate.client.cli import (
+    approvals,
+    graphs,
+    keys,
+    library,
+    orchestrate,
+    servers,
+    sessions,
+    task_markers,
+    tasks,
+)
 from phasegate.client.cli._common import (
     EXIT_ERROR,
     EXIT_GATE_FAILED,
@@ -43,7 +56,8 @@ from phasegate.domain.errors import PhasegateError
 
 __all__ = ["EXIT_ERROR", "EXIT_GATE_FAILED", "EXIT_OK", "EXIT_REFUSED", "build_parser", "main"]
 
-_GROUPS = (servers, sessions, approvals, library, graphs, keys, orchestrate)  # the order of --help
+# the order of --help
+_GROUPS = (servers, sessions, tasks, task_markers, approvals, library, graphs, keys, orchestrate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     try:
         words = orchestrate.default_subcommand(sys.argv[1:] if argv is None else argv)
+        words = tasks.legacy_words(words)  # `task SESSION PHASE TASK` of earlier releases
         args = build_parser().parse_args(words)
     except SystemExit as exc:  # --help, usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR

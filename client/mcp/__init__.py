@@ -1,13 +1,17 @@
 """MCP server: coding agents (Claude Code, Cursor, Codex) drive gated sessions.
 
-Six tools, deliberately no more::
+Eight tools, deliberately no more::
 
     list_workflows      workflow types that can be started
     start_session       start one on a target (dynamic workflows: spec_path)
     get_current_phase   the phase the session is on: content, tasks, gate fields
-    get_task            one task of the current or a completed phase
+    task                the task board: list, show, next, start, done, block, split
+                        (show with phase: one task's text of the current or a
+                        completed phase)
     submit_checkpoint   evidence for the current phase's gate
     get_session_state   progress, attempts, problems, approvals
+    get_graph_step      step graphs: the step a run is on
+    report_graph_step   step graphs: end the current step with an outcome
 
 No tool approves, controls a session or reads a future phase: approvals stay
 with people (``phasegate approve``), and a read of a future phase comes back
@@ -23,7 +27,8 @@ it, so the server starts (and lists its tools) even while Temporal is down. See
 docs/mcp.md.
 
 Modules: ``tools`` (what each tool does), ``server`` (registration and the process),
-``_render`` (the markdown an agent reads), ``_http`` (the loopback-only HTTP transport).
+``_tasks`` (the ``task`` tool's actions), ``_render`` (the markdown an agent reads),
+``_http`` (the loopback-only HTTP transport).
 """
 
 from __future__ import annotations

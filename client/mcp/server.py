@@ -22,7 +22,8 @@ __all__ = ["build_server", "main"]
 
 _INSTRUCTIONS = (
     "phasegate runs phase-gated workflows. Work one phase at a time: get_current_phase, do "
-    "the work, then submit_checkpoint with evidence for every gate field. A failed checkpoint "
+    "the work (where a phase has tasks: task next, work it, task done), then submit_checkpoint "
+    "with evidence for every gate field. A failed checkpoint "
     "lists each problem: fix them and submit again. Some phases need a person's approval; "
     "no tool can approve, so wait and check get_session_state."
 )
@@ -36,7 +37,8 @@ _DESCRIPTIONS = {
     "start_session": "Start a gated session of a workflow type on a target. Returns session_id.",
     "get_current_phase": "The phase the session is on: instructions, tasks, the evidence fields "
     "its gate requires, and the session status. Start here.",
-    "get_task": "One task of the current or a completed phase. Future phases are refused.",
+    "task": "Tasks of the current phase: list, show, claim the next ready one (next), start, "
+    "done (acceptance criteria checked), block, split. show with phase: a phase's task text.",
     "submit_checkpoint": "Submit evidence for the current phase's gate. Fails: lists every "
     "problem to fix, then resubmit. Passes: returns the next phase, or says a person must "
     "approve first.",
@@ -64,7 +66,7 @@ def build_server(settings: Settings | None = None) -> MCPServer:
         "phasegate", instructions=_INSTRUCTIONS, version=_version(), log_level="WARNING"
     )
     for name in TOOL_NAMES:
-        writes = ("start_session", "submit_checkpoint", "report_graph_step")
+        writes = ("start_session", "task", "submit_checkpoint", "report_graph_step")
         annotations = _WRITE if name in writes else _READ
         server.add_tool(
             getattr(tools, name),

@@ -18,9 +18,9 @@ from phasegate.client.mcp._render import (
     render_checkpoint,
     render_current,
     render_state,
-    render_task,
     render_workflows,
 )
+from phasegate.client.mcp._tasks import TaskAction, TaskCall, run_task
 from phasegate.domain.errors import PayloadTooLarge, PhasegateError, PhaseSequenceViolation
 from phasegate.domain.graph.messages import GraphView, Question, StepReport, StepView
 from phasegate.domain.session.messages import (
@@ -43,7 +43,7 @@ TOOL_NAMES = (
     "list_workflows",
     "start_session",
     "get_current_phase",
-    "get_task",
+    "task",
     "submit_checkpoint",
     "get_session_state",
     "get_graph_step",
@@ -256,23 +256,51 @@ class PhasegateTools:
 
         return await self._guard(work())
 
-    async def get_task(
+    async def task(
         self,
-        session_id: SessionId,
-        phase: PhaseNumber,
-        task: Annotated[
-            Annotated[str, StringConstraints(min_length=1, max_length=100)] | int,
-            Field(description="Task id as written ('1.2', 'T003') or 1-based number."),
+        action: Annotated[
+            TaskAction,
+            Field(
+                description="list; show (with phase: the phase's task text); next (claim the "
+                "next ready task); start; done; block; split (add a subtask to task_id)."
+            ),
         ],
+        session_id: Annotated[
+            str, Field(max_length=200, description="Default: the project's active session.")
+        ] = "",
+        agent: Annotated[str, Field(max_length=128, description="Your name (not list/show).")] = "",
+        task_id: Annotated[str | int, Field(description="e.g. IMPL-1.2, T003.")] = "",
+        phase: Annotated[int | None, Field(ge=-1, description="list: -1 = all.")] = None,
+        summary: Annotated[str, Field(max_length=2000, description="done")] = "",
+        evidence: Annotated[dict[str, Any] | None, Field(description="done")] = None,
+        reason: Annotated[str, Field(max_length=2000, description="block")] = "",
+        title: Annotated[str, Field(max_length=300, description="split")] = "",
+        acceptance: Annotated[tuple[str, ...], Field(max_length=20)] = (),
+        depends_on: Annotated[tuple[str, ...], Field(max_length=32)] = (),
     ) -> CallToolResult:
-        """One task of the current or a completed phase; a future phase is refused."""
+        """Task state: list, show, claim (next/start), done, block, split."""
 
         async def work() -> CallToolResult:
             pg = await self.client()
-            got = await pg.task(session_id, phase, str(task).strip())
-            if isinstance(got, SequenceViolation):
-                return _violation(got)
-            return _ok(render_task(got), got)
+            done = await run_task(
+                pg,
+                TaskCall(
+                    action=action,
+                    session_id=session_id.strip() or None,
+                    agent=agent.strip() or None,
+                    task_id=str(task_id).strip() or None,
+                    phase=phase,
+                    summary=summary or None,
+                    evidence=evidence,
+                    reason=reason or None,
+                    title=title or None,
+                    acceptance=list(acceptance),
+                    depends_on=list(depends_on),
+                ),
+            )
+            if isinstance(done, SequenceViolation):
+                return _violation(done)
+            return _ok(*done)
 
         return await self._guard(work())
 
