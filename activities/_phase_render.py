@@ -170,7 +170,7 @@ def interface_words(interface: str | None, index: int) -> dict[str, str]:
         "mcp": {
             "submit": f"the `submit_checkpoint` tool (`phase`: {index}, `evidence`: {{...}})",
             "phase": "the `get_current_phase` tool",
-            "task": f"the `get_task` tool (`phase`: {index}, `task`: TASK)",
+            "task": f'the `task` tool (`action`: "show", `phase`: {index}, `task_id`: TASK)',
             "status": "the `get_session_state` tool",
         },
         "sdk": {

@@ -50,10 +50,17 @@ def _spec(spec: str, target: str, extra_roots: list[str]) -> None:
     path = Path(spec)
     if not path.exists():
         raise PhasegateError("no such file or folder", where=where, hint=hint)
-    if path.is_dir():
+    from phasegate.activities.task_folders import is_task_folder, read_source
+
+    folder = path.is_dir() and is_task_folder(path)  # a .workflow/WFS-* task folder
+    if path.is_dir() and not folder:
         path = path / "tasks.md"
         if not path.exists():
-            raise PhasegateError("the folder holds no tasks.md", where=where, hint=hint)
+            raise PhasegateError(
+                "the folder holds no tasks.md (nor a .task/ folder of task JSON files)",
+                where=where,
+                hint=hint + ", or a .workflow/WFS-* task folder",
+            )
     roots = spec_roots(target, extra_roots)
     if not safe_read.inside(path, roots):
         real = safe_read.real_path(path)
@@ -65,7 +72,10 @@ def _spec(spec: str, target: str, extra_roots: list[str]) -> None:
             "PHASEGATE_SPEC_ROOTS (the worker's setting; set it here too)",
         )
     try:  # the one way a spec is read (as the worker will)
-        read_spec(path, target=target, extra_roots=extra_roots)
+        if folder:
+            read_source(path, target=target, extra_roots=extra_roots)
+        else:
+            read_spec(path, target=target, extra_roots=extra_roots)
     except PhasegateError as exc:
         at = exc.where or str(path)
         raise PhasegateError(exc.message, where=f"--spec {at}", hint=exc.hint) from None

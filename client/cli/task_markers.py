@@ -424,10 +424,27 @@ PROJECT_UPDATE = "project_task_files"
 """The session's update that projects its files again (``doctor --fix``)."""
 
 
+def project_root(given: str | None) -> Path:
+    """``--root``, else the nearest folder holding ``.workflow/`` from the current one
+    (where ``phasegate task`` finds its session), else the current folder."""
+    if given is not None:
+        return Path(given)
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / WORKFLOW_DIR).is_dir():
+            return folder
+    return here
+
+
 def register(sub: Any) -> None:
     """Add ``phasegate session use|current`` and ``phasegate doctor`` to ``sub``."""
     root = Parser(add_help=False)
-    root.add_argument("--root", default=".", help="the project (default: this directory)")
+    root.add_argument(
+        "--root",
+        default=None,
+        help="the project (default: the nearest folder holding .workflow/, walking up from "
+        "this directory, as the task commands find it; else this directory)",
+    )
     group = sub.add_parser("session", help="the session this project uses by default")
     cmds = group.add_subparsers(
         dest="session_command", required=True, metavar="COMMAND", parser_class=Parser
@@ -445,10 +462,10 @@ def register(sub: Any) -> None:
 
 
 def _current(args: Any, settings: Any) -> int:
-    found = active_session(args.root)
+    found = active_session(project_root(args.root))
     if found is None:
         echo_err(
-            f"error: no active session in {Path(args.root).resolve() / WORKFLOW_DIR} "
+            f"error: no active session in {Path(project_root(args.root)).resolve() / WORKFLOW_DIR} "
             "(hint: `phasegate session use ID`)"
         )
         return EXIT_ERROR
@@ -463,7 +480,7 @@ async def _use(ctx: Ctx) -> int:
     client = await ctx.client()
     name = args.session.rstrip("/").rsplit("/", 1)[-1]
     folder = f"{WORKFLOW_DIR}/{name}"
-    meta = _session_json(Path(args.root), folder) if check_folder(folder) is None else None
+    meta = _session_json(Path(project_root(args.root)), folder) if check_folder(folder) is None else None
     session_id = session_id_of(meta) if meta else args.session
     if not session_id:
         raise SessionError(f"{folder}/{SESSION_FILE} names no session", where=folder)
@@ -479,7 +496,7 @@ async def _use(ctx: Ctx) -> int:
                 f"session {session_id} has no task folder (.workflow/WFS-<slug>)",
                 hint="only sessions with task state write one",
             )
-    path = use_session(args.root, folder, session_id)
+    path = use_session(project_root(args.root), folder, session_id)
     shown = {"session_id": session_id, "folder": folder, "marker": str(path)}
     ctx.emit(shown, f"{session_id} is the active session ({folder})")
     return EXIT_OK
@@ -488,14 +505,14 @@ async def _use(ctx: Ctx) -> int:
 async def _doctor(ctx: Ctx) -> int:
     args = ctx.args
     client = await ctx.client()
-    infos = {sid: await _remote_info(client, sid) for sid in session_ids(args.root)}
-    findings = doctor(args.root, infos.get)
+    infos = {sid: await _remote_info(client, sid) for sid in session_ids(project_root(args.root))}
+    findings = doctor(project_root(args.root), infos.get)
     if args.fix:
 
         async def reproject(session_id: str) -> object:
             return await client.handle(session_id).execute_update(PROJECT_UPDATE)
 
-        findings = await fix(args.root, findings, reproject)
+        findings = await fix(project_root(args.root), findings, reproject)
     lines = [
         f"{'fixed' if f.fixed else f.kind}: {f.message}" + ("" if f.fixed else f" (fix: {f.fix})")
         for f in findings

@@ -366,6 +366,8 @@ class SessionState(BaseModel):
 
         ``next_phase`` is None only when the current phase is the last one.
         """
+        if not self.current.gate.tasks_complete:
+            self.tasks.close_phase(self.current.index, self.current.label, now)
         self.phases.complete(now, attempts=self.attempts.count)
         self.attempts.close_phase()
         self.updated_at = now

@@ -23,7 +23,6 @@ done over unfinished children, subtasks handed out early) are the board's:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from datetime import datetime
@@ -34,6 +33,7 @@ from pydantic import BaseModel, Field
 from phasegate.domain.commands import SessionCommands
 from phasegate.domain.errors import PayloadTooLarge, SessionError, TaskRefused
 from phasegate.domain.gates import Problem
+from phasegate.domain.tasks import bounds as task_bounds
 from phasegate.domain.tasks import criteria as task_criteria
 from phasegate.domain.tasks.messages import (
     MAX_TASK_EVIDENCE_BYTES,
@@ -58,17 +58,6 @@ __all__ = ["MAX_SUBTASKS", "Projection", "TaskBoard"]
 MAX_SUBTASKS = 50
 """Most subtasks one task is split into."""
 _LIST_HINT = "`phasegate task list` shows every task, its status and what it waits for"
-
-
-def _size(data: dict[str, Any]) -> int:
-    return len(json.dumps(data, separators=(",", ":"), sort_keys=True, default=str).encode())
-
-
-def elided_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
-    """What a task keeps of evidence too big to carry: its digest and size (the evidence
-    itself is in the history of the run that took the completion)."""
-    raw = json.dumps(evidence, separators=(",", ":"), sort_keys=True, default=str).encode()
-    return {"_elided": {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}}
 
 
 def _refused(message: str, hint: str = _LIST_HINT, where: str = "task") -> TaskRefused:
@@ -414,6 +403,22 @@ class TaskBoard(BaseModel):
         self._changed()
         return self._result(msg.task, current_phase, ok=True)
 
+    def close_phase(self, phase: int, label: str, now: datetime) -> None:
+        """The phase passed a gate that does not track its tasks (no ``tasks_complete``):
+        its open leaf tasks are closed with it, saying so, so the files never show a
+        passed phase's tasks as still to do."""
+        kids = self._children_map()
+        closed = False
+        for task in self.tasks.values():
+            if task.phase == phase and task.status != "completed" and task.spec.id not in kids:
+                task.status, task.completed_at, task.updated_at = "completed", now, now
+                task.summary = (
+                    f"closed with phase {label}'s checkpoint (its gate does not track tasks)"
+                )
+                closed = True
+        if closed:
+            self._changed()
+
     def release_person_blocks(self, phase: int, now: datetime) -> list[str]:
         """A person's signed ``retry_phase``: tasks of ``phase`` a pre-analysis step
         blocked for a person are pending again (their steps run at the next start)."""
@@ -562,31 +567,13 @@ class TaskBoard(BaseModel):
             )
         ]
 
-    # ---- bounds ----------------------------------------------------------
+    # ---- bounds (domain.tasks.bounds) -----------------------------------
 
     def compact(self, evidence_budget: int) -> None:
-        """Shrink for a carry: check excerpts and step outputs shortened, then completed
-        tasks' evidence replaced by its digest, oldest completion first, until the
-        evidence left fits ``evidence_budget`` bytes."""
-        for task in self.tasks.values():
-            task.verify = [v.model_copy(update={"excerpt": v.excerpt[-300:]}) for v in task.verify]
-            task.context = [c.model_copy(update={"output": c.output[:1000]}) for c in task.context]
-        sizes = {k: _size(t.evidence) for k, t in self.tasks.items() if t.evidence}
-        left = sum(sizes.values())
-        done = sorted(
-            (t for t in self.tasks.values() if t.status == "completed" and t.spec.id in sizes),
-            key=lambda t: t.completed_at.isoformat() if t.completed_at else "",
-        )
-        for task in done:
-            if left <= evidence_budget:
-                return
-            left -= sizes[task.spec.id]
-            task.evidence = elided_evidence(task.evidence)
+        task_bounds.compact(self, evidence_budget)
 
     def drop_raw(self) -> None:
-        for task in self.tasks.values():
-            if task.spec.raw is not None:
-                task.spec = task.spec.model_copy(update={"raw": None})
+        task_bounds.drop_raw(self)
 
     def step_outputs(self, task_id: str) -> list[StepOutput]:
         return list(self.tasks[task_id].context)

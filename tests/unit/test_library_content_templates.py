@@ -109,7 +109,7 @@ def test_dynamic_task_template_renders() -> None:
     assert "- [ ] Titles are stripped" in text
     assert "None — you can start right away." in text
     assert "`phasegate task SESSION 1 2`" in text  # fetch the next task
-    assert "`get_task` tool (`phase`: 1, `task`: 2)" in text
+    assert '`task` tool (`action`: "show", `phase`: 1, `task_id`: 2)' in text
     assert "Note `1.1` for" in text and not LEGACY.search(text)  # the legacy [TASK_ID]
 
     text = render(path, second)

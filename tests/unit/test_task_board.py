@@ -192,3 +192,11 @@ def test_the_starters_complexity_raises_the_boards_and_never_lowers_it():
     b.complexity = upgrade(b.complexity, "complex")
     b.enter_phase(2, [TaskSpec(id="X1", title="x")], NOW)
     assert b.complexity == "complex"
+
+
+def test_a_phase_passed_without_tracking_its_tasks_closes_them_saying_so():
+    b = board(TaskSpec(id="1", title="Read the tasks"), TaskSpec(id="2", title="Check"))
+    start(b, "a", "1")
+    b.close_phase(1, "0", NOW)
+    assert {t.status for t in b.tasks.values()} == {"completed"}
+    assert "closed with phase 0's checkpoint" in b.tasks["2"].summary

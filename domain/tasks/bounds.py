@@ -1,0 +1,51 @@
+"""Bounds on what a task board carries: continue-as-new input and the ``task_files``
+answer stay under the server's blob limit however many tasks a session holds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phasegate.domain.tasks.board import TaskBoard
+
+__all__ = ["compact", "drop_raw", "elided_evidence"]
+
+
+def _size(data: dict[str, Any]) -> int:
+    return len(json.dumps(data, separators=(",", ":"), sort_keys=True, default=str).encode())
+
+
+def elided_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+    """What a task keeps of evidence too big to carry: its digest and size (the evidence
+    itself is in the history of the run that took the completion)."""
+    raw = json.dumps(evidence, separators=(",", ":"), sort_keys=True, default=str).encode()
+    return {"_elided": {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}}
+
+
+def compact(board: TaskBoard, evidence_budget: int) -> None:
+    """Shrink for a carry: check excerpts and step outputs shortened, then completed
+    tasks' evidence replaced by its digest, oldest completion first, until the evidence
+    left fits ``evidence_budget`` bytes."""
+    for task in board.tasks.values():
+        task.verify = [v.model_copy(update={"excerpt": v.excerpt[-300:]}) for v in task.verify]
+        task.context = [c.model_copy(update={"output": c.output[:1000]}) for c in task.context]
+    sizes = {k: _size(t.evidence) for k, t in board.tasks.items() if t.evidence}
+    left = sum(sizes.values())
+    done = sorted(
+        (t for t in board.tasks.values() if t.status == "completed" and t.spec.id in sizes),
+        key=lambda t: t.completed_at.isoformat() if t.completed_at else "",
+    )
+    for task in done:
+        if left <= evidence_budget:
+            return
+        left -= sizes[task.spec.id]
+        task.evidence = elided_evidence(task.evidence)
+
+
+def drop_raw(board: TaskBoard) -> None:
+    """The task files' own objects dropped (the files keep what phasegate models)."""
+    for task in board.tasks.values():
+        if task.spec.raw is not None:
+            task.spec = task.spec.model_copy(update={"raw": None})
