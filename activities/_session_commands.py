@@ -239,33 +239,42 @@ def _task_commands(spec: ParsedSpec, notes: list[str], room: int) -> list[Sessio
     pre-analysis steps, each listed with its task (the lead approves them in phase 0)."""
     found: list[SessionCommand] = []
     for index, phase in enumerate(spec.phases):
-        for task in [t.task for t in phase.tasks if t.task is not None]:
+        for item in phase.tasks:
+            task = item.task  # a task folder's task; a tasks.md task has its criteria
+            criteria = task.acceptance if task is not None else item.acceptance_criteria
             named: list[tuple[str, str, list[str] | None]] = [
-                ("acceptance", text, command_of(text)) for text in task.acceptance
+                ("acceptance", text, command_of(text)) for text in criteria
             ]
-            for step in task.pre_analysis:
+            for step in task.pre_analysis if task is not None else []:
                 if step.command:
                     named.append(("pre_analysis", step.command, _step_argv(step.command)))
+            task_id = task.id if task is not None else item.id
+            source = (task.source if task is not None else "") or f"{spec.source}:{item.line}"
             for role, text, argv in named:
-                where = f"{task.source or spec.source} ({task.id} {role.replace('_', '-')})"
+                where = f"{source} ({task_id} {role.replace('_', '-')})"
                 if argv is None:
                     if role == "pre_analysis":
-                        _note(notes, f"{where}: `{text[:200]}` cannot run without a shell; "
-                              "the step is skipped or fails as its on_error says")
+                        _note(
+                            notes,
+                            f"{where}: `{text[:200]}` cannot run without a shell; "
+                            "the step is skipped or fails as its on_error says",
+                        )
                     continue
                 if len(found) >= room:
-                    _note(notes, f"{where}: `{text[:200]}` is not run: at most {MAX_COMMANDS} "
-                          "commands")
+                    _note(
+                        notes,
+                        f"{where}: `{text[:200]}` is not run: at most {MAX_COMMANDS} commands",
+                    )
                     continue
                 found.append(
                     SessionCommand(
-                        name=f"{task.id}_{role}_{len(found) + 1}"[:64],
+                        name=f"{task_id}_{role}_{len(found) + 1}"[:64],
                         argv=argv,
                         source=where[:300],
                         spec_phase=index,
                         phase_label=phase.written_number or str(phase.number),
                         ok_exits=[0],
-                        task=task.id,
+                        task=task_id,
                         role=role,
                     )
                 )

@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from phasegate.domain.commands import CommandRefused, split_command
+from phasegate.domain.limits import MAX_JSON_DEPTH, json_depth
 from phasegate.domain.tasks.model import (
     MAX_CRITERIA,
     MAX_ITEMS,
@@ -135,6 +136,16 @@ def _description(data: dict[str, Any]) -> str:
 
 
 def _raw(t: FolderTask, budget: list[int], found: _Issues) -> dict[str, Any] | None:
+    if json_depth(t.data) > MAX_JSON_DEPTH:  # a carry could not hold it
+        found.add(
+            "clipped",
+            t,
+            "(file)",
+            what=f"the task object nests more than {MAX_JSON_DEPTH} levels deep",
+            kept="fields phasegate does not model are not written back to the file",
+            fix="flatten the fields phasegate does not model",
+        )
+        return None
     size = len(json.dumps(t.data, separators=(",", ":"), ensure_ascii=False).encode())
     if size <= min(RAW_LIMIT, budget[0]):
         budget[0] -= size

@@ -58,7 +58,7 @@ from phasegate.domain.session.messages import (
 )
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.spec import ParsedSpec
-from phasegate.domain.tasks.from_spec import spec_task, task_ids
+from phasegate.domain.tasks.from_spec import known_through, spec_task
 from phasegate.domain.trust import narrowed_to_nobody, session_keys
 from phasegate.temporal import application_error
 
@@ -504,7 +504,7 @@ class DefinitionActivities:
         ctx = dynamic_context(session, spec, index, spec_index, base, commands)
         content = self.renderer.render(wf.path / cfg.templates["phase"], ctx)
         task_tpl = wf.path / cfg.templates["task"]
-        known = task_ids(spec)
+        known = known_through(spec, spec_index)
         by_id = {t.id: t for t in sp.tasks}
         rendered = [
             RenderedTask(

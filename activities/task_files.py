@@ -50,6 +50,7 @@ import json
 import os
 import re
 import stat
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -100,6 +101,7 @@ MANIFEST = ".phasegate-views.json"
 ORIGINALS = ".phasegate-originals"
 _KEPT_HASHES = 4
 LOCK_FILE = ".phasegate-lock"
+LOCK_WAIT_SECONDS = 30.0
 _FOLDER_LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
 _TEMP = re.compile(r"\.(.+)\.[0-9a-f]{16}\.tmp")
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -361,7 +363,7 @@ def write_views(
     out = ViewsWritten(hashes={rel: digest(data) for rel, data in new.items()})
     with contextlib.ExitStack() as stack:
         folders = _Folders(root, tuple(folder.split("/")), stack)
-        _hold_lock(folders.get(""), stack)
+        _hold_lock(folders.get(""), stack, progress)
         manifest = _read_manifest(folders.get(""))
         _write_manifest(folders.get(""), manifest, out.hashes)
         for sub in ("", ".task", ".summaries"):
@@ -381,13 +383,41 @@ def write_views(
     return out
 
 
-def _hold_lock(top: _Folder, stack: contextlib.ExitStack) -> None:
-    """An exclusive flock on ``.phasegate-lock`` in the folder until ``stack`` closes."""
-    fd = os.open(
-        LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=top._fd
-    )
+def _hold_lock(
+    top: _Folder, stack: contextlib.ExitStack, progress: Callable[[int], None] | None = None
+) -> None:
+    """An exclusive flock on ``.phasegate-lock`` in the folder until ``stack`` closes,
+    waiting at most :data:`LOCK_WAIT_SECONDS` (heartbeating): anyone with a shell in the
+    workspace can hold that lock, and a worker thread must never wait on it forever."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(LOCK_FILE, flags, 0o644, dir_fd=top._fd)
+    except OSError as exc:
+        raise WorkspaceRefused(
+            f"{LOCK_FILE} cannot be opened ({exc.strerror})",
+            hint=f"remove {LOCK_FILE} from the task folder; phasegate makes it again",
+        ) from None
     stack.callback(os.close, fd)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise WorkspaceRefused(
+            f"{LOCK_FILE} is not a regular file",
+            hint=f"remove {LOCK_FILE} from the task folder; phasegate makes it again",
+        )
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise WorkspaceRefused(
+                    f"another process has held {LOCK_FILE} for {LOCK_WAIT_SECONDS:.0f} s",
+                    hint="only phasegate writes the task files: stop whatever holds the lock "
+                    "(`fuser` names it); the next change writes them again",
+                ) from None
+            if progress is not None:
+                progress(0)
+            time.sleep(0.1)
 
 
 def _write_one(

@@ -40,8 +40,9 @@ import phasegate.activities._safe_read as safe_read
 from phasegate.activities._task_folder_specs import IMPORT_MESSAGES, RAW_BUDGET, task_spec
 from phasegate.activities.tasks_md import SPEC_LIMIT, read_spec
 from phasegate.activities.tasks_md._input import _contain, _contained_hint
-from phasegate.domain.errors import DefinitionError, TaskFileInvalid
+from phasegate.domain.errors import DefinitionError, SpecParseError, TaskFileInvalid
 from phasegate.domain.spec import ParsedSpec, ParseWarning, SpecPhase, SpecTask
+from phasegate.domain.tasks.from_spec import dependency_cycle
 from phasegate.domain.tasks.model import MAX_TASKS, TaskSpec
 from phasegate.domain.tasks.rules import (
     RawTask,
@@ -101,7 +102,17 @@ def read_source(
         return read_task_folder(
             path, target=target, extra_roots=extra_roots, limit=limit, layout=layout
         )
-    return read_spec(path, target=target, extra_roots=extra_roots, limit=limit)
+    spec = read_spec(path, target=target, extra_roots=extra_roots, limit=limit)
+    cycle = dependency_cycle(spec)
+    if cycle is not None:
+        ids = " -> ".join(t.id for t in [*cycle, cycle[0]])
+        raise SpecParseError(
+            f"the tasks' dependencies form a cycle ({ids}): none of them could ever start",
+            source=spec.source,
+            line=cycle[0].line,
+            hint="drop one of those dependencies in tasks.md",
+        )
+    return spec
 
 
 def read_task_folder(

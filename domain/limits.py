@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_MAX_EVIDENCE_BYTES",
     "MAX_EVIDENCE_BYTES_LIMIT",
     "MAX_ID_CHARS",
+    "MAX_JSON_DEPTH",
     "MAX_LIST_ITEMS",
     "MAX_NAME_CHARS",
     "MAX_OPTIONS_BYTES",
@@ -23,6 +24,8 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "RESERVED_PREFIX",
     "Name",
+    "json_depth",
+    "shallow",
 ]
 
 DEFAULT_MAX_EVIDENCE_BYTES = 256 * 1024  # Temporal warns on payloads above 256 KB
@@ -48,3 +51,32 @@ def _printable(name: str) -> str:
 
 
 Name = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS), AfterValidator(_printable)]
+
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of evidence and other free JSON (deeper data cannot be carried)."""
+
+
+def json_depth(value: object, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply ``value`` nests (a scalar is 0), counted up to ``limit + 1``."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if depth > limit:
+            return depth
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            todo.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def shallow(value: dict[str, object]) -> dict[str, object]:
+    """A validator: ``value`` unchanged, or refused when nested deeper than allowed."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(
+            f"nested more than {MAX_JSON_DEPTH} levels deep; flatten it (paths and summaries, "
+            "not structures)"
+        )
+    return value

@@ -191,7 +191,15 @@ async def test_subtasks_make_a_container_and_twenty_agents_claim_each_task_once(
     assert len(set(holders.values())) == 20
 
     # Blocking releases the claim; the container completes only with every piece.
-    blocked = await _update(handle, "block_task", BlockTask(agent="x", task=ids[0], reason="no"))
+    holder = holders.get(ids[0], "x")
+    assert (
+        "only they block it"
+        in await _refused(
+            handle, "block_task", BlockTask(agent="mallory", task=ids[0], reason="mine now")
+        )
+        or holder == "x"
+    )
+    blocked = await _update(handle, "block_task", BlockTask(agent=holder, task=ids[0], reason="no"))
     assert blocked.task.status == "blocked" and blocked.task.claimed_by == ""
     assert "a container never runs" in await _refused(
         handle, "start_task", StartTask(agent="ann", task="T003")
@@ -278,3 +286,29 @@ async def test_task_files_are_views_projected_from_the_session(session_env, tmp_
         a.action == "task_files" and "TODO_LIST.md was edited by hand" in a.detail
         for a in state.audit
     )
+
+
+async def test_a_split_task_still_answers_for_its_own_criteria(session_env, tmp_path):
+    """T001's criterion is checked when its last subtask completes; splitting it does not
+    skip it (a hostile review's finding)."""
+    pg, _ = session_env
+    handle = await _session(pg, tmp_path)
+    await _update(handle, "start_task", StartTask(agent="ann", task="T001"))
+    added = await _update(
+        handle, "add_subtask", AddSubtask(agent="ann", parent="T001", title="the easy part")
+    )
+    await _update(handle, "start_task", StartTask(agent="ann", task=added.task.id))
+    done = await _update(
+        handle,
+        "complete_task",
+        CompleteTask(agent="ann", task=added.task.id, summary="did the easy part"),
+    )
+    assert done.ok and done.note == "T001: its criteria failed"
+    board = await _board(handle)
+    assert next(t for t in board.lines if t.id == "T001").status == "container"
+    assert next(t for t in board.lines if t.id == "T002").waiting_for == ["T001"]
+    (tmp_path / "greeting.txt").write_text("hello\n")
+    whole = await _update(
+        handle, "complete_task", CompleteTask(agent="bob", task="T001", summary="now it holds")
+    )
+    assert whole.ok and whole.task.status == "completed"

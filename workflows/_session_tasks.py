@@ -82,7 +82,11 @@ class TaskDesk:
         if not task.spec.pre_analysis or task.context:
             self._host._publish()
             return result
-        outputs, failure, person = await self._pre_analysis(state, result.task.id)
+        task.preparing = True  # a completion or a second start waits for the steps
+        try:
+            outputs, failure, person = await self._pre_analysis(state, result.task.id)
+        finally:
+            task.preparing = False
         task = state.tasks.tasks[result.task.id]
         if task.status != "active" or task.claimed_by != msg.agent:
             return result  # blocked or rolled back meanwhile; the board says so
@@ -106,6 +110,22 @@ class TaskDesk:
         verify = await self._checks(state, checks, f"task {msg.task}") if checks else []
         _raise(state.check_task(msg))  # a block, rollback or pause may have come meanwhile
         result = state.tasks.apply_complete(msg, state.current.index, workflow.now(), lines, verify)
+        parent = state.tasks.tasks[msg.task].spec.parent
+        if result.ok and parent is not None and state.tasks.container_due(parent):
+            # The last subtask is done: the container's own criteria run now.
+            summary = f"every subtask of {parent} is complete"
+            whole = await self.complete(CompleteTask(agent=msg.agent, task=parent, summary=summary))
+            note = f"{parent}: " + ("its criteria passed" if whole.ok else "its criteria failed")
+            result = result.model_copy(
+                update={
+                    "note": note,
+                    "criteria": [*result.criteria, *whole.criteria],
+                    "verify": [*result.verify, *whole.verify],
+                    "problems": whole.problems,
+                    "phase_ready": whole.phase_ready,
+                    "next_task": whole.next_task,
+                }
+            )
         state.updated_at = workflow.now()
         self._host._publish()
         return result

@@ -161,6 +161,10 @@ def _strip_task_sources(state: SessionState) -> None:
     state.tasks.drop_raw()
 
 
+def _clip_task_text(state: SessionState) -> None:
+    state.tasks.clip_text()
+
+
 def _strip_all_phases(state: SessionState) -> None:
     state.phases.strip_old_phases(keep=0)
     state.answers.clear()
@@ -176,6 +180,7 @@ _COMPACTION: tuple[Callable[[SessionState], None], ...] = (
     _elide_artifacts,
     _strip_all_phases,
     _strip_task_sources,
+    _clip_task_text,
 )
 
 

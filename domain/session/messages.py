@@ -7,9 +7,9 @@ send and read these as JSON. See ARCHITECTURE.md, "Temporal contract".
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from phasegate.domain.commands import SessionCommands
 from phasegate.domain.gates import GateDefinition, Problem
@@ -23,6 +23,7 @@ from phasegate.domain.limits import (
     MAX_PHASE,
     MAX_TEXT_CHARS,
     Name,
+    shallow,
 )
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.tasks.model import TaskSpec
@@ -292,7 +293,7 @@ class CheckpointSubmission(BaseModel):
     """Input of update ``submit_checkpoint``."""
 
     phase: int = Field(le=MAX_PHASE)
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: Annotated[dict[str, Any], AfterValidator(shallow)] = Field(default_factory=dict)
     submission_id: str | None = Field(
         None,
         max_length=MAX_ID_CHARS,

@@ -23,6 +23,7 @@ done over unfinished children, subtasks handed out early) are the board's:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from datetime import datetime
@@ -35,21 +36,19 @@ from phasegate.domain.errors import PayloadTooLarge, SessionError, TaskRefused
 from phasegate.domain.gates import Problem
 from phasegate.domain.tasks import bounds as task_bounds
 from phasegate.domain.tasks import criteria as task_criteria
+from phasegate.domain.tasks._reading import BoardReading
 from phasegate.domain.tasks.messages import (
     MAX_TASK_EVIDENCE_BYTES,
     AddSubtask,
     BlockTask,
-    BoardQuery,
-    BoardView,
     CompleteTask,
     CriterionResult,
     StartTask,
     StepOutput,
-    TaskLine,
     TaskResult,
     TaskState,
 )
-from phasegate.domain.tasks.model import MAX_TASKS, TaskSpec, TaskStatus
+from phasegate.domain.tasks.model import MAX_TASKS, TaskSpec
 from phasegate.domain.tasks.naming import Complexity, classify, upgrade
 from phasegate.domain.verify import VerifyCheck, VerifyResult
 
@@ -57,7 +56,26 @@ __all__ = ["MAX_SUBTASKS", "Projection", "TaskBoard"]
 
 MAX_SUBTASKS = 50
 """Most subtasks one task is split into."""
+MAX_ADDED = 300
+"""Most subtasks agents add to one session (a definition's own tasks come first)."""
+MAX_ADDED_BYTES = 200_000
+"""Most text (as JSON) the subtasks agents add may hold together: the board must fit
+the carry of a continue-as-new whatever an agent sends."""
 _LIST_HINT = "`phasegate task list` shows every task, its status and what it waits for"
+
+
+def _renamed(task_id: str, phase: int) -> str:
+    """A later phase's task whose id an earlier phase's task has: ``P<phase>-<id>`` (a
+    valid task id; a digest keeps it unique and short when the id is long)."""
+    key = f"P{phase}-{task_id}"
+    if len(key) <= 64:
+        return key
+    return f"P{phase}-{task_id[:40]}-{hashlib.sha256(task_id.encode()).hexdigest()[:12]}"
+
+
+def _checkable(spec: TaskSpec) -> bool:
+    """Whether a machine checks any of the task's acceptance criteria."""
+    return any(task_criteria.parse_criterion(c).kind != "claim" for c in spec.acceptance)
 
 
 def _refused(message: str, hint: str = _LIST_HINT, where: str = "task") -> TaskRefused:
@@ -76,147 +94,37 @@ class Projection(BaseModel):
     projected_at: datetime | None = None
 
 
-class TaskBoard(BaseModel):
+class TaskBoard(BoardReading, BaseModel):
     """Every task of the session, in definition order, with its live status."""
 
     tasks: dict[str, TaskState] = Field(default_factory=dict)
     version: int = Field(0, description="Bumped by every change (the projection follows).")
     complexity: Complexity | None = None
     projection: Projection = Field(default_factory=Projection)
-
-    # ---- reading -------------------------------------------------------
-
-    def children(self, task_id: str) -> list[TaskState]:
-        return [t for t in self.tasks.values() if t.spec.parent == task_id]
-
-    def _children_map(self) -> dict[str, list[TaskState]]:
-        found: dict[str, list[TaskState]] = {}
-        for t in self.tasks.values():
-            if t.spec.parent is not None:
-                found.setdefault(t.spec.parent, []).append(t)
-        return found
-
-    def status(self, task_id: str, kids: dict[str, list[TaskState]] | None = None) -> TaskStatus:
-        """The task's status; a container's derives from its subtasks."""
-        task = self.tasks[task_id]
-        subtasks = (kids if kids is not None else self._children_map()).get(task_id, [])
-        if not subtasks:
-            return task.status
-        return "completed" if all(s.status == "completed" for s in subtasks) else "container"
-
-    def done(self, task_id: str, current_phase: int, kids: dict[str, list[TaskState]]) -> bool:
-        """Complete for a dependency: completed, or of a phase the session has completed."""
-        task = self.tasks.get(task_id)
-        if task is None:
-            return False
-        return task.phase < current_phase or self.status(task_id, kids) == "completed"
-
-    def waiting_for(
-        self, task_id: str, current_phase: int, kids: dict[str, list[TaskState]] | None = None
-    ) -> list[str]:
-        """The dependencies (the task's and its parent's) not complete yet."""
-        kids = kids if kids is not None else self._children_map()
-        task = self.tasks[task_id]
-        deps = list(task.spec.depends_on)
-        if task.spec.parent is not None and task.spec.parent in self.tasks:
-            deps += self.tasks[task.spec.parent].spec.depends_on
-        return [d for d in dict.fromkeys(deps) if not self.done(d, current_phase, kids)]
-
-    def leaves(self, phase: int) -> list[TaskState]:
-        kids = self._children_map()
-        return [t for t in self.tasks.values() if t.phase == phase and t.spec.id not in kids]
-
-    def unfinished(self, phase: int) -> list[TaskState]:
-        """The phase's leaf tasks not complete (optional ones left out)."""
-        return [t for t in self.leaves(phase) if t.status != "completed" and not t.spec.optional]
-
-    def next_task(self, current_phase: int) -> str | None:
-        """The task to work on next: a ready subtask of a container already under way,
-        else the first dependency-ready task in definition order."""
-        kids = self._children_map()
-        ready = [
-            t
-            for t in self.tasks.values()
-            if t.phase == current_phase
-            and t.status == "pending"
-            and t.spec.id not in kids
-            and not self.waiting_for(t.spec.id, current_phase, kids)
-        ]
-        if not ready:
-            return None
-
-        def under_way(t: TaskState) -> bool:
-            siblings = kids.get(t.spec.parent or "", [])
-            return any(s.status in ("active", "completed") for s in siblings)
-
-        started = [t for t in ready if t.spec.parent is not None and under_way(t)]
-        return (started or ready)[0].spec.id
-
-    def line(self, task_id: str, current_phase: int, kids: dict[str, list[TaskState]]) -> TaskLine:
-        t = self.tasks[task_id]
-        subtasks = kids.get(task_id, [])
-        done = sum(s.status == "completed" for s in subtasks)
-        return TaskLine(
-            id=t.spec.id,
-            title=t.spec.title,
-            status=self.status(task_id, kids),
-            phase=t.phase,
-            parent=t.spec.parent,
-            depends_on=list(t.spec.depends_on),
-            waiting_for=[] if subtasks else self.waiting_for(task_id, current_phase, kids),
-            claimed_by=t.claimed_by,
-            progress=f"{done}/{len(subtasks)}" if subtasks else "",
-            blocked_reason=t.blocked_reason,
-            optional=t.spec.optional,
-        )
-
-    def counts(self) -> dict[str, int]:
-        kids = self._children_map()
-        found: dict[str, int] = {}
-        for task_id in self.tasks:
-            status = self.status(task_id, kids)
-            found[status] = found.get(status, 0) + 1
-        return found
-
-    def view(self, query: BoardQuery, current_phase: int, session_id: str = "") -> BoardView:
-        """What the ``tasks`` query answers; only phases the session has reached are on
-        the board at all, so nothing here can show a future phase's task."""
-        kids = self._children_map()
-        phase = current_phase if query.phase is None else query.phase
-        chosen = [t for t in self.tasks.values() if phase == -1 or t.phase == phase]
-        page = chosen[query.offset : query.offset + query.limit]
-        task = self.tasks.get(query.task) if query.task else None
-        if query.task and task is None:
-            raise _refused(f"there is no task {query.task} in this session (yet)")
-        return BoardView(
-            session_id=session_id,
-            current_phase=current_phase,
-            lines=[self.line(t.spec.id, current_phase, kids) for t in page],
-            total=len(chosen),
-            offset=query.offset,
-            next_task=self.next_task(current_phase),
-            counts=self.counts(),
-            complexity=self.complexity or "",
-            task=task,
-        )
+    overflow: list[int] = Field(
+        default_factory=list, description="Phases with more tasks than the board holds."
+    )
 
     # ---- loading -------------------------------------------------------
 
     def enter_phase(self, phase: int, specs: Iterable[TaskSpec], now: datetime | None) -> None:
         """Put a phase's tasks on the board (once: a phase entered again after a rollback
         keeps its tasks' state). Ids already taken by another phase's task are kept
-        apart as ``P<phase>:<id>``."""
+        apart as ``P<phase>-<id>``. Past :data:`MAX_TASKS` the phase is marked
+        overflowing (its gate then says so) instead of losing tasks without a word."""
         added = False
         for spec in specs:
             key = spec.id
             if key in self.tasks:
                 if self.tasks[key].phase == phase:
                     continue
-                key = f"P{phase}:{spec.id}"[:64]
+                key = _renamed(spec.id, phase)
                 if key in self.tasks:
                     continue
                 spec = spec.model_copy(update={"id": key})
             if len(self.tasks) >= MAX_TASKS:
+                if phase not in self.overflow:
+                    self.overflow.append(phase)
                 break
             self.tasks[key] = TaskState(
                 spec=spec,
@@ -224,6 +132,7 @@ class TaskBoard(BaseModel):
                 status=spec.status,
                 updated_at=now,
                 completed_at=now if spec.status == "completed" else None,
+                has_checks=_checkable(spec),
             )
             added = True
         if added:
@@ -263,6 +172,11 @@ class TaskBoard(BaseModel):
                 hint="start one of its subtasks, or `phasegate task next` for the next ready one",
             )
         if task.status == "active":
+            if task.preparing:
+                return _refused(
+                    f"{task_id}'s pre-analysis is still running (claimed by {task.claimed_by})",
+                    hint="wait for the start's answer; `phasegate task show` shows the task",
+                )
             if task.claimed_by == msg.agent:
                 return None  # a repeat: the claim stands
             return _refused(
@@ -308,12 +222,20 @@ class TaskBoard(BaseModel):
             return problem
         task = self.tasks[msg.task]
         if msg.task in self._children_map():
+            if self.container_due(msg.task):
+                return None  # its own criteria run now that every subtask is complete
             return _refused(
-                f"{msg.task} is a container: it completes when its subtasks do",
+                f"{msg.task} is a container: it completes when its subtasks do"
+                + (" and its own criteria pass" if task.has_checks else ""),
                 hint="complete its subtasks",
             )
         if task.status == "completed":
             return None  # a repeat: answered with the completion
+        if task.preparing:
+            return _refused(
+                f"{msg.task}'s pre-analysis is still running",
+                hint="wait for the start's answer, then complete it",
+            )
         if task.status != "active":
             return _refused(
                 f"{msg.task} is {task.status}; start it first",
@@ -390,6 +312,16 @@ class TaskBoard(BaseModel):
             return _refused(f"{msg.task} is a container; block one of its subtasks")
         if task.status == "completed":
             return _refused(f"{msg.task} is already completed")
+        if task.needs_person:
+            return _refused(
+                f"{msg.task} is blocked until a person reopens it: {task.blocked_reason}",
+                hint="a person runs `phasegate control SESSION retry_phase --reason ...`",
+            )
+        if task.status == "active" and task.claimed_by != msg.agent:
+            return _refused(
+                f"{msg.task} is claimed by {task.claimed_by}; only they block it",
+                hint="block a task you claimed, or one nobody has started",
+            )
         return None
 
     def apply_block(
@@ -458,6 +390,27 @@ class TaskBoard(BaseModel):
             )
         if self.status(msg.parent) == "completed":
             return _refused(f"{msg.parent} is already completed; it takes no new subtask")
+        if parent.status == "blocked" or parent.needs_person or parent.preparing:
+            why = "being prepared (pre-analysis)" if parent.preparing else "blocked"
+            return _refused(
+                f"{msg.parent} is {why}: {parent.blocked_reason or 'wait for it'}",
+                hint="split it once it is started or pending again",
+            )
+        if len([t for t in self.tasks.values() if t.spec.source.startswith("add_subtask")]) >= (
+            MAX_ADDED
+        ):
+            return _refused(f"agents have added {MAX_ADDED} subtasks to this session, the most")
+        added = sum(
+            task_bounds.spec_bytes(t.spec)
+            for t in self.tasks.values()
+            if t.spec.source.startswith("add_subtask")
+        )
+        if added + task_bounds.spec_bytes(msg) > MAX_ADDED_BYTES:
+            return _refused(
+                f"the subtasks agents added hold {added // 1024} KB of text, the most a "
+                "session carries",
+                hint="write shorter subtasks (a title and a few criteria)",
+            )
         if len(self.children(msg.parent)) >= MAX_SUBTASKS:
             return _refused(f"{msg.parent} already has {MAX_SUBTASKS} subtasks, the most")
         if len(self.tasks) >= MAX_TASKS:
@@ -468,6 +421,12 @@ class TaskBoard(BaseModel):
             if dep not in self.tasks:
                 return _refused(
                     f"depends_on names {dep}, which is no task of this session", where="depends_on"
+                )
+            if msg.parent in self.reaches(dep):
+                return _refused(
+                    f"{dep} waits (through its dependencies) for {msg.parent}, which completes "
+                    "only when this subtask does: a cycle",
+                    where="depends_on",
                 )
             if dep == msg.parent:
                 return _refused(
@@ -510,7 +469,9 @@ class TaskBoard(BaseModel):
         if parent.status == "active":  # a container never runs: the claim goes
             parent.claimed_by = ""
         parent.status = "pending" if parent.status != "blocked" else parent.status
-        self.tasks[new_id] = TaskState(spec=spec, phase=parent.phase, updated_at=now)
+        self.tasks[new_id] = TaskState(
+            spec=spec, phase=parent.phase, updated_at=now, has_checks=_checkable(spec)
+        )
         self._changed()
         return self._result(new_id, current_phase, ok=True)
 
@@ -547,26 +508,6 @@ class TaskBoard(BaseModel):
             **fields,
         )
 
-    def gate_problems(self, phase: int) -> list[Problem]:
-        """What a gate that requires the phase's tasks complete says (nothing when done)."""
-        left = self.unfinished(phase)
-        if not left:
-            return []
-        shown = ", ".join(
-            f"{t.spec.id} ({t.status}{', ' + t.claimed_by if t.claimed_by else ''})"
-            for t in left[:10]
-        )
-        more = f" and {len(left) - 10} more" if len(left) > 10 else ""
-        return [
-            Problem(
-                field="tasks",
-                message=f"{len(left)} task(s) of this phase are not complete: {shown}{more}",
-                expected="every leaf task completed (`phasegate task done`)",
-                got=f"{len(left)} open",
-                rule="tasks_complete",
-            )
-        ]
-
     # ---- bounds (domain.tasks.bounds) -----------------------------------
 
     def compact(self, evidence_budget: int) -> None:
@@ -574,6 +515,9 @@ class TaskBoard(BaseModel):
 
     def drop_raw(self) -> None:
         task_bounds.drop_raw(self)
+
+    def clip_text(self) -> None:
+        task_bounds.clip_text(self)
 
     def step_outputs(self, task_id: str) -> list[StepOutput]:
         return list(self.tasks[task_id].context)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phasegate.domain.tasks.board import TaskBoard
 
-__all__ = ["compact", "drop_raw", "elided_evidence"]
+__all__ = ["clip_text", "compact", "drop_raw", "elided_evidence", "spec_bytes"]
 
 
 def _size(data: dict[str, Any]) -> int:
@@ -31,6 +31,9 @@ def compact(board: TaskBoard, evidence_budget: int) -> None:
     for task in board.tasks.values():
         task.verify = [v.model_copy(update={"excerpt": v.excerpt[-300:]}) for v in task.verify]
         task.context = [c.model_copy(update={"output": c.output[:1000]}) for c in task.context]
+        task.problems = task.problems[:3]
+        if task.status == "completed":  # the summary file keeps the whole text
+            task.summary = task.summary[:300]
     sizes = {k: _size(t.evidence) for k, t in board.tasks.items() if t.evidence}
     left = sum(sizes.values())
     done = sorted(
@@ -49,3 +52,32 @@ def drop_raw(board: TaskBoard) -> None:
     for task in board.tasks.values():
         if task.spec.raw is not None:
             task.spec = task.spec.model_copy(update={"raw": None})
+
+
+def clip_text(board: TaskBoard) -> None:
+    """The very last resort: every task's free text cut short (titles, ids, statuses,
+    dependencies and claims are kept whole)."""
+    for task in board.tasks.values():
+        spec = task.spec
+        task.spec = spec.model_copy(
+            update={
+                "description": spec.description[:200],
+                "implementation_approach": [a[:200] for a in spec.implementation_approach[:5]],
+                "requirements": [r[:200] for r in spec.requirements[:5]],
+                "focus_paths": [f[:200] for f in spec.focus_paths[:10]],
+                "acceptance": [a[:300] for a in spec.acceptance],
+                "raw": None,
+            }
+        )
+        task.summary, task.blocked_reason = task.summary[:200], task.blocked_reason[:200]
+        task.criteria = [
+            c.model_copy(update={"criterion": c.criterion[:200]}) for c in task.criteria
+        ]
+        task.context = []
+
+
+def spec_bytes(data: object) -> int:
+    """Size of a model or plain data as compact JSON."""
+    dump = getattr(data, "model_dump", None)
+    plain = dump(mode="json") if dump is not None else data
+    return len(json.dumps(plain, separators=(",", ":"), default=str).encode())

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from phasegate.domain.spec import ParsedSpec, SpecTask
 from phasegate.domain.tasks.model import ID_PATTERN, MAX_CRITERIA, MAX_DEPENDENCIES, TaskSpec
 
-__all__ = ["spec_task", "task_ids"]
+__all__ = ["dependency_cycle", "known_through", "spec_task", "task_ids"]
 
 _ID = re.compile(ID_PATTERN)
 _STATUS = {"done": "completed", "skipped": "completed"}
@@ -22,6 +22,47 @@ _STATUS = {"done": "completed", "skipped": "completed"}
 
 def task_ids(spec: ParsedSpec) -> set[str]:
     return {t.id for p in spec.phases for t in p.tasks}
+
+
+def known_through(spec: ParsedSpec, index: int) -> set[str]:
+    """The ids of the tasks of phases ``0..index``: what a task of phase ``index`` may
+    depend on (a task of a later phase can never be complete before it starts)."""
+    return {t.id for p in spec.phases[: index + 1] for t in p.tasks}
+
+
+def dependency_cycle(spec: ParsedSpec) -> list[SpecTask] | None:
+    """Tasks whose dependencies (on tasks of their own or earlier phases) form a cycle,
+    in cycle order, or None."""
+    deps: dict[str, list[str]] = {}
+    where: dict[str, SpecTask] = {}
+    for index, phase in enumerate(spec.phases):
+        known = known_through(spec, index)
+        for task in phase.tasks:
+            where.setdefault(task.id, task)
+            deps.setdefault(task.id, []).extend(d for d in task.dependencies if d in known)
+    state: dict[str, int] = {}
+    for start, first in deps.items():
+        if state.get(start):
+            continue
+        path: list[str] = []
+        stack = [(start, iter(first))]
+        state[start] = 1
+        path.append(start)
+        while stack:
+            node, children = stack[-1]
+            nxt = next(children, None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                state[node] = 2
+                continue
+            if state.get(nxt) == 1:
+                return [where[t] for t in path[path.index(nxt) :]]
+            if not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, iter(deps.get(nxt, []))))
+    return None
 
 
 def spec_task(task: SpecTask, known: Collection[str], source: str) -> TaskSpec | None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from phasegate.domain.gates import Problem
-from phasegate.domain.limits import MAX_TEXT_CHARS, Name
+from phasegate.domain.limits import MAX_TEXT_CHARS, Name, shallow
 from phasegate.domain.tasks.model import (
-    MAX_CRITERIA,
     MAX_DEPENDENCIES,
     Short,
     TaskId,
@@ -67,8 +66,9 @@ class CompleteTask(_Message):
     summary: str = Field(
         min_length=1, max_length=MAX_TEXT_CHARS, description="What was done (the summary file)."
     )
-    evidence: dict[str, Any] = Field(
-        default_factory=dict, description="Anything else to record (at most 8 KB as JSON)."
+    evidence: Annotated[dict[str, Any], AfterValidator(shallow)] = Field(
+        default_factory=dict,
+        description="Anything else to record (at most 8 KB as JSON, 32 levels deep).",
     )
 
 
@@ -87,13 +87,13 @@ class AddSubtask(_Message):
     agent: Agent
     parent: TaskId
     title: Short = Field(min_length=1)
-    description: str = Field("", max_length=MAX_TEXT_CHARS)
-    acceptance: list[Annotated[str, StringConstraints(max_length=1000)]] = Field(
-        default_factory=list, max_length=MAX_CRITERIA
+    description: str = Field("", max_length=1000)
+    acceptance: list[Annotated[str, StringConstraints(max_length=300)]] = Field(
+        default_factory=list, max_length=8
     )
     depends_on: list[TaskId] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
-    focus_paths: list[Annotated[str, StringConstraints(max_length=1000)]] = Field(
-        default_factory=list, max_length=MAX_CRITERIA
+    focus_paths: list[Annotated[str, StringConstraints(max_length=300)]] = Field(
+        default_factory=list, max_length=16
     )
 
 
@@ -130,7 +130,13 @@ class TaskState(BaseModel):
 
     spec: TaskSpec
     phase: int = Field(description="The session phase the task belongs to.")
-    status: Literal["pending", "active", "completed", "blocked"] = "pending"
+    status: Literal["pending", "active", "completed", "blocked"] = Field(
+        "pending",
+        description="A leaf's status; a container's own: completed once its checkable "
+        "criteria passed (its shown status derives from its subtasks).",
+    )
+    has_checks: bool = Field(False, description="A machine checks some acceptance criterion.")
+    preparing: bool = Field(False, description="Its pre-analysis is running.")
     claimed_by: str = ""
     started_at: datetime | None = None
     completed_at: datetime | None = None

@@ -6,8 +6,9 @@ is run by the verify worker like any command check (no shell; the deployment's
 allowed commands apply). ``[name]`` words are filled in at start: from an earlier
 step's ``output_to``, or a field of the task (``id``, ``title``, ``focus_paths``,
 ``target_files``, ``requirements``). Only a whole argument is replaced (a list gives
-one argument per item): text inside a word is never spliced into, so an output can
-never become an option or a second command.
+one argument per item): text inside a word is never spliced into, and a value that
+starts with ``-`` is refused unless the command has ``--`` before it, so an output or
+a task field can never become an option or a second command.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ def fill(argv: list[str], values: dict[str, str | list[str]]) -> list[str]:
         StepRefused: A name has no value, or ``[name]`` is part of a longer word.
     """
     out: list[str] = []
+    options_end = False  # after a `--` word a value can no longer be read as an option
     for word in argv:
+        if word == "--":
+            options_end = True
         whole = _WORD.match(word)
         if whole is None:
             if _INSIDE.search(word):
@@ -77,5 +81,11 @@ def fill(argv: list[str], values: dict[str, str | list[str]]) -> list[str]:
             known = ", ".join(sorted(values)) or "none"
             raise StepRefused(f"[{whole.group(1)}] has no value (known: {known})")
         items = value if isinstance(value, list) else [value]
-        out.extend(item[:MAX_VALUE_CHARS] for item in items)
+        for item in items:
+            if item.startswith("-") and not options_end:
+                raise StepRefused(
+                    f"[{whole.group(1)}] would fill in {item[:60]!r}, which the program would "
+                    "read as an option; write `--` before the [name] in the command"
+                )
+            out.append(item[:MAX_VALUE_CHARS])
     return out

@@ -232,13 +232,13 @@ def test_an_empty_board_and_a_completed_session() -> None:
     assert session["status"] == "completed" and session["phasegate"]["status"] == "completed"
 
 
-def test_renamed_task_ids_become_safe_file_names() -> None:
+def test_renamed_task_ids_get_their_own_files() -> None:
     board = TaskBoard()
     board.enter_phase(1, [TaskSpec(id="IMPL-1", title="one")], T0)
     board.enter_phase(2, [TaskSpec(id="IMPL-1", title="same id, next phase")], T0)
     files = render_files(sample_source(board))
-    assert ".task/P2_IMPL-1.json" in files and "(./.task/P2_IMPL-1.json)" in files["TODO_LIST.md"]
-    assert json.loads(files[".task/P2_IMPL-1.json"])["id"] == "P2:IMPL-1"
+    assert ".task/P2-IMPL-1.json" in files and "(./.task/P2-IMPL-1.json)" in files["TODO_LIST.md"]
+    assert json.loads(files[".task/P2-IMPL-1.json"])["id"] == "P2-IMPL-1"
 
 
 # --------------------------------------------------------------------------- real task files
