@@ -243,6 +243,8 @@ async def test_work_the_tasks_of_a_session_from_the_project(online, tmp_path):
         cwd=inside,
     )
     assert r.code == 0 and "waits for: T002.1" in r.out, r.out + r.err
+    assert "task start" not in r.out  # never a start the session would refuse
+    assert "next: T002.1 is ready: phasegate task next" in r.out, r.out
     r = await cli("task", "split", "T002.1", "--as", "ann", "--title", "deeper", cwd=inside)
     assert r.code == 1 and "two levels at most" in r.err, r.err
 
@@ -371,7 +373,8 @@ def test_documented_task_commands_parse():
     text = (REPO / "docs" / "tasks.md").read_text(encoding="utf-8") + section
     blocks = re.findall(r"```(?:sh|console)\n(.*?)```", text, re.DOTALL)
     commands = []
-    for line in (ln.removeprefix("$ ").strip() for b in blocks for ln in b.splitlines()):
+    joined = [b.replace("\\\n", " ") for b in blocks]  # continuation lines as one
+    for line in (ln.removeprefix("$ ").strip() for b in joined for ln in b.splitlines()):
         for part in re.split(r"&&|;", line.split("   #")[0].split(" >")[0]):
             words = shlex.split(part.split(" # ")[0])
             if words and words[0] == "phasegate" and not any(w[0] == "[" for w in words):

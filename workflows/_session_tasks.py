@@ -260,6 +260,7 @@ class TaskDesk:
         board = state.tasks
         self._force = False
         self._projecting = True
+        first = not board.projection.hashes  # an imported folder's own files are replaced
         request = ProjectRequest(
             session_id=workflow.info().workflow_id,
             target=state.target,
@@ -291,7 +292,7 @@ class TaskDesk:
             projected_at=workflow.now(),
         )
         if result.edits or result.rebuilt:
-            tasking.note_projection(state, result, workflow.now())
+            tasking.note_projection(state, result, workflow.now(), first=first)
         return result
 
     async def flush(self) -> None:

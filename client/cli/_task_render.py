@@ -181,9 +181,11 @@ def render_split(result: TaskResult, cmd: Commands) -> str:
         f"added {t.id}: {one_line(t.title)} (subtask of {t.parent}, now a container that "
         + "never runs itself)"
     ]
-    if t.waiting_for:
+    if t.waiting_for:  # not startable yet: point at what is ready instead
         lines.append(f"waits for: {', '.join(t.waiting_for)}")
-    lines.append(f"next: {cmd.start(t.id)}")
+        lines += _after(result, cmd)
+    else:
+        lines.append(f"next: {cmd.start(t.id)}")
     return "\n".join(lines)
 
 

@@ -134,10 +134,19 @@ def _bounded(board: TaskBoard) -> TaskBoard:
     return copy
 
 
-def note_projection(state: SessionState, result: ProjectResult, now: datetime) -> None:
+def note_projection(
+    state: SessionState, result: ProjectResult, now: datetime, *, first: bool = False
+) -> None:
     """Audit what a projection found: files edited by hand (overwritten: the files are
-    views) and files missing or unreadable (written again)."""
-    found = [f"{path} was edited by hand and is written again" for path in result.edits[:20]]
+    views) and files missing or unreadable (written again). The first projection into an
+    imported folder replaces the folder's own files (kept in .phasegate-originals/)."""
+    edited = (
+        "was the folder's own and is now phasegate's view (the original is kept in "
+        ".phasegate-originals/)"
+        if first
+        else "was edited by hand and is written again"
+    )
+    found = [f"{path} {edited}" for path in result.edits[:20]]
     found += [f"{path} was missing or unreadable and is rebuilt" for path in result.rebuilt[:20]]
     for detail in found:
         state.audit.append(
