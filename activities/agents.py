@@ -11,7 +11,9 @@ the model with the validation error, up to :data:`OUTPUT_RETRIES` times.
 Workflow code calls :func:`run_llm_agent` and gets the validated output and the
 step's :class:`~phasegate.domain.orchestration.agents.StepUsage`, or a non-retryable
 ``ApplicationError`` that says which agent, which model and what to do (an answer over
-``MAX_MODEL_RESPONSE_BYTES`` is ``agent_output_too_large``: a failed step). The worker
+``MAX_MODEL_RESPONSE_BYTES`` is ``agent_output_too_large``: a failed step; a server that
+refuses the connection or does not resolve is ``model_unreachable``, after one attempt,
+with no traceback in the worker's log: no plan fixes it, so the run ends). The worker
 registers the activities with ``plugins=[PydanticAIPlugin()]`` on a workflow class
 that lists :data:`LLM_AGENTS` in ``__pydantic_ai_agents__``, plus its own
 :class:`~phasegate.activities.model_providers.ModelProviders` plugin: what a model id
@@ -36,6 +38,7 @@ from pydantic_ai.durable_exec.temporal import TemporalDurability
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelAuthenticationError,
+    ModelConnectionError,
     ModelNotFoundError,
     ModelQuotaExceededError,
     UnexpectedModelBehavior,
@@ -47,7 +50,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 from temporalio.workflow import ActivityConfig
 
 from phasegate.activities.model_providers import (
@@ -55,10 +58,12 @@ from phasegate.activities.model_providers import (
     ModelProviders,
     check_hint,
     current_providers,
+    refused,
 )
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.orchestration.agents import (
     MAX_MODEL_RESPONSE_BYTES,
+    MODEL_UNREACHABLE,
     OUTPUT_TOO_LARGE,
     AgentOutput,
     AnalysisResult,
@@ -103,13 +108,21 @@ def _resolve(ctx: ModelResolutionContext[Any], model_id: str) -> Model:
     """Build the model a run names with the providers of the worker running it; called
     in the model-request activity and in workflow code."""
     agent = _AGENT_KEYS.get(ctx.agent.name or "", "")
-    return _SizeBounded(current_providers().build(model_id, agent))
+    return _SizeBounded(current_providers().build(model_id, agent), model_id)
 
 
 class _SizeBounded(WrapperModel):
     """Measures each answer in the model-request activity: one over MAX_MODEL_RESPONSE_BYTES
     fails the step (``agent_output_too_large``) saying how big it was, before Temporal's
-    payload limit (which an activity cannot read) refuses it without a word of why."""
+    payload limit (which an activity cannot read) refuses it without a word of why.
+
+    A server that refused the connection or does not resolve fails the request at once
+    (``model_unreachable``, naming the server), as a benign failure: Temporal logs it
+    without a traceback (it is the configuration's fault, not the worker's)."""
+
+    def __init__(self, wrapped: Model, model_id: str) -> None:
+        super().__init__(wrapped)
+        self._model_ref = model_id
 
     async def request(
         self,
@@ -117,11 +130,36 @@ class _SizeBounded(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        try:
+            response = await self.wrapped.request(
+                messages, model_settings, model_request_parameters
+            )
+        except ModelConnectionError as exc:
+            how = refused(exc) if exc.phase in ("connect", None) else None
+            if how is None:
+                raise  # a timeout, a reset, a broken answer: Temporal retries it
+            raise ApplicationError(
+                self._unreachable(how),
+                type=MODEL_UNREACHABLE,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
         size = len(ModelMessagesTypeAdapter.dump_json([response]))
         if size > MAX_MODEL_RESPONSE_BYTES:  # the activity type names the agent
             raise ApplicationError(_too_large(size), type=OUTPUT_TOO_LARGE, non_retryable=True)
         return response
+
+    def _unreachable(self, how: str) -> str:
+        server = current_providers().server(self._model_ref)
+        if server is not None:
+            name, url = server
+            return (
+                f"the {name} provider at {url} {how}: start that server, or fix its base_url "
+                "in PHASEGATE_MODEL_PROVIDERS where `phasegate worker` runs"
+            )
+        url = str(getattr(self.wrapped, "base_url", "") or "").rstrip("/")
+        provider = self._model_ref.partition(":")[0]
+        return f"the {provider} API at {url} {how}: check the worker's network and proxy settings"
 
 
 def _too_large(size: int | None) -> str:
@@ -237,6 +275,10 @@ async def run_llm_agent(
         cause = exc.cause
         if isinstance(cause, ApplicationError) and cause.type == OUTPUT_TOO_LARGE:
             raise _failure(agent, model, cause.message, OUTPUT_TOO_LARGE, _SHORTER) from None
+        if isinstance(cause, ApplicationError) and cause.type == MODEL_UNREACHABLE:
+            raise _failure(
+                agent, model, cause.message, MODEL_UNREACHABLE, _UNREACHABLE_HINT
+            ) from None
         if isinstance(cause, ApplicationError) and cause.type == "UserError":
             # The worker could not build the model (a key not set): the message says what.
             raise _failure(
@@ -255,6 +297,9 @@ async def run_llm_agent(
     )
 
 
+_UNREACHABLE_HINT = (
+    "a new plan cannot fix this: once the server answers, start the orchestration again"
+)
 _SHORTER = (
     "the step failed and the planner may replan; ask for shorter answers (the agent's "
     "prompt), lower the profile's max_agent_output_tokens, or pick another model"

@@ -29,6 +29,9 @@ without it) sees an unconfigured set: no extra providers, keys from ``os.environ
 
 Provider clients are built with ``max_retries=0``: Temporal owns retries, so a 429
 or a 500 shows in history as an activity retry instead of hiding inside one attempt.
+A server that refuses the connection, or whose host name does not resolve
+(:func:`refused`), is no failure a retry fixes: the request fails at once, and
+:meth:`ModelProviders.unreachable` checks a configured server before a run relies on it.
 Threat level: API keys live only in the worker's environment (level 3 holds them
 away from workflow history and from every client, not from a shell on the worker).
 """
@@ -39,6 +42,9 @@ import contextlib
 import importlib
 import os
 import re
+import socket
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any, ClassVar
@@ -67,6 +73,7 @@ __all__ = [
     "ModelProviders",
     "check_hint",
     "current_providers",
+    "refused",
     "register_model",
     "unregister_model",
 ]
@@ -77,6 +84,7 @@ _KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _WORKFLOW_SIDE_KEY = "not-used-in-workflow-code"  # the workflow's copy never sends a request
 _NO_KEY = "no-key-needed"  # OpenAI's client insists on some key; local servers ignore it
 _TEST_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_CONNECT_SECONDS = 3.0  # the start-up check of a provider's server
 
 # Scripted models registered for this process's tests (phasegate.testing.register_model):
 # added to and removed by key, never replaced by a worker.
@@ -220,6 +228,40 @@ class ModelProviders:
         key = self._key(config.api_key_env, model_id) or _NO_KEY
         return _openai(name, config.base_url, key, provider)
 
+    def server(self, model_id: str) -> tuple[str, str] | None:
+        """``(provider name, base URL)`` of the configured server ``model_id`` is sent
+        to (``PHASEGATE_MODEL_PROVIDERS``); None for any other model."""
+        provider, _ = _split(model_id)
+        config = self._providers.get(provider)
+        return (provider, config.base_url) if config is not None else None
+
+    @staticmethod
+    def unreachable(base_url: str) -> str | None:
+        """Why nothing answers at ``base_url`` (a TCP connection, at most 3 s), or None.
+
+        A server the worker reaches through a proxy (``HTTPS_PROXY``/``HTTP_PROXY``,
+        not bypassed by ``NO_PROXY``) is not checked: the proxy answers for it.
+        """
+        parts = urllib.parse.urlsplit(base_url)
+        host = parts.hostname
+        if not host:
+            return None
+        proxy = urllib.request.getproxies().get(parts.scheme)
+        if proxy and not urllib.request.proxy_bypass(host):
+            return None
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((host, port), timeout=_CONNECT_SECONDS):
+                return None
+        except ConnectionRefusedError:
+            return "connection refused: nothing listens there"
+        except socket.gaierror as exc:
+            return f"its host name {host} does not resolve: {exc.strerror}"
+        except TimeoutError:
+            return f"no answer within {_CONNECT_SECONDS:g} s"
+        except OSError as exc:
+            return exc.strerror or str(exc)
+
     def check(self, agent: str, model_id: str) -> str | None:
         """What is wrong with running ``agent`` on ``model_id`` on this worker, or None.
 
@@ -260,6 +302,22 @@ class ModelProviders:
                 "`phasegate worker` runs (keys come from the environment only), or use demo"
             )
         return None
+
+
+def refused(exc: BaseException) -> str | None:
+    """How a server failed a request no retry can fix — it refused the connection, or
+    its host name does not resolve — read from ``exc`` and what it was raised from;
+    None for any other failure (a timeout or a reset may pass: those are retried)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "refused the connection (nothing listens there)"
+        if isinstance(cause, socket.gaierror):
+            return f"cannot be found (its host name does not resolve: {cause.strerror})"
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def preload_sdks() -> None:

@@ -4,9 +4,11 @@ keeping large outputs as files.
 
 - :meth:`OrchestrationActivities.orchestration_setup` merges the models (profile over
   ``PHASEGATE_MODELS``, the rules planner by default), checks each one the run may
-  call, the working directory and who could approve, and returns the deployment's
-  approver keys. Problems come back as a list, so the workflow fails with all of
-  them at once, each with its fix.
+  call (and that the server of each configured provider they use answers), the
+  working directory and who could approve, and returns the deployment's approver
+  keys. Problems come back as a list, so the workflow fails with all of them at once,
+  each with its fix; a client runs the same checks before it starts a run
+  (``StartOrchestration.check_only``).
 - :meth:`OrchestrationActivities.verify_plan`: a plan's goal must be actionable and
   the files it relies on must exist inside the working directory.
 - :meth:`OrchestrationActivities.store_output`: an output too large to keep in history
@@ -34,6 +36,7 @@ from phasegate.activities._workspace_files import (
     checked_root,
     orchestration_parts,
 )
+from phasegate.activities.model_providers import current_providers
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.orchestration.activities import SetupRequest, StoreOutputRequest
 from phasegate.domain.orchestration.agents import STEP_AGENTS, Profile
@@ -107,6 +110,7 @@ class OrchestrationActivities:
         needed = ["planner", *(a for a in STEP_AGENTS if a != "developer")]
         if profile.orchestration_mode == "fixed":
             needed = ["architect", "reviewer"]
+        usable: list[str] = []  # agents whose model passed: their servers are checked next
         for agent in needed:
             model = models.get(agent)
             if not model:
@@ -124,6 +128,9 @@ class OrchestrationActivities:
                 problem = self.check_model(agent, model)
                 if problem:
                     problems.append(problem)
+                else:
+                    usable.append(agent)
+        problems += _unreachable_servers({a: models[a] for a in usable})
         working_dir = self._working_dir(profile.working_dir, problems)
         keys = [
             k for k in self.approver_keys if not profile.approvers or k.name in profile.approvers
@@ -280,6 +287,28 @@ class OrchestrationActivities:
             raise ApplicationError(
                 str(exc), details, type="workspace_refused", non_retryable=True
             ) from None
+
+
+def _unreachable_servers(models: dict[str, str]) -> list[str]:
+    """One problem per configured provider server nothing answers at, naming the agents
+    whose models it serves. This worker's providers (its plugin makes them current in
+    its activities): a server must answer where the worker runs, not the client."""
+    providers = current_providers()
+    agents_of: dict[tuple[str, str], list[str]] = {}
+    for agent, model in models.items():
+        server = providers.server(model)
+        if server is not None:
+            agents_of.setdefault(server, []).append(agent)
+    problems = []
+    for (name, url), agents in agents_of.items():
+        why = providers.unreachable(url)
+        if why:
+            problems.append(
+                f"{', '.join(f'models.{a}' for a in agents)}: the {name} provider at {url} "
+                f"cannot be reached ({why}): start that server (Ollama: `ollama serve`), or "
+                "fix its base_url in PHASEGATE_MODEL_PROVIDERS where `phasegate worker` runs"
+            )
+    return problems
 
 
 def _same_command(allowed: list[str], asked: list[str]) -> bool:

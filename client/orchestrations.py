@@ -6,6 +6,11 @@ pipeline of agents; see ``workflows/orchestration.py``. This client is what
 ``domain.errors`` types speaking the CLI's terms (``approval_refused``,
 ``orchestration_failed``, ``session_not_found``), never as Temporal exceptions.
 
+:meth:`OrchestrationClient.start` first has the worker check the profile (a short run
+with ``check_only``, deleted once it answered): a profile the worker cannot run
+(a missing API key, an unknown provider or coding agent, a provider's server that does
+not answer) is refused before anything starts, with every problem.
+
 Decisions and replan requests are signed exactly like a session's approvals
 (``client.keys.sign_decision``) when a key name is given: the orchestration id as the
 session, the open gate's number as the phase, bound to ``state.approval_binding``.
@@ -14,8 +19,10 @@ session, the open gate's number as the phase, bound to ``state.approval_binding`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,9 +36,16 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from phasegate.client._base import BaseClient, sign_as, timed_out
+from phasegate.client._executions import delete
 from phasegate.client.api import SessionListing, _listing
-from phasegate.domain.errors import PhasegateError, SessionError, SessionNotFound
+from phasegate.domain.errors import (
+    OrchestrationError,
+    PhasegateError,
+    SessionError,
+    SessionNotFound,
+)
 from phasegate.domain.orchestration.agents import Issue, Profile
+from phasegate.domain.orchestration.developer import id_problems
 from phasegate.domain.orchestration.gates import digest
 from phasegate.domain.orchestration.messages import (
     HistoryEntry,
@@ -47,6 +61,8 @@ from phasegate.workflows.orchestration import Orchestration
 __all__ = ["OrchestrationClient", "new_orchestration_id"]
 
 _STARTING = "still starting"  # the workflow's answer before its first run has set up
+_CHECK = ".profile-check-"  # a check run's id: <orchestration id>.profile-check-<random>
+CHECK_SECONDS = 60.0  # how long a check waits for a worker
 _UPDATE_RETRIES = 8
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -69,18 +85,28 @@ class OrchestrationClient(BaseClient):
         return self.temporal.get_workflow_handle_for(Orchestration.run, orchestration_id)
 
     async def start(
-        self, issue: Issue, profile: Profile, *, orchestration_id: str | None = None
+        self,
+        issue: Issue,
+        profile: Profile,
+        *,
+        orchestration_id: str | None = None,
+        check: bool = True,
     ) -> str:
         """Start an orchestration of ``issue`` with ``profile``; returns its id.
 
-        The workflow checks the profile on the worker (models, API keys, working
-        directory, approvers) and fails at once, with every problem, if it cannot run:
-        :meth:`state` and :meth:`result` then raise that failure.
+        First the worker checks the profile (:meth:`check`; ``check=False`` skips
+        that): a profile it cannot run starts nothing. The run checks again as it
+        starts and fails at once if it cannot run after all (:meth:`state` and
+        :meth:`result` then raise that failure).
 
         Raises:
+            OrchestrationError: The worker refused the profile, with every problem.
+            SessionError: No worker answered the check within ``CHECK_SECONDS``.
             PhasegateError: The id is taken, or Temporal cannot be reached.
         """
         oid = orchestration_id or new_orchestration_id(issue)
+        if check:
+            await self.check(issue, profile, orchestration_id=oid)
         try:
             await self.temporal.start_workflow(
                 Orchestration.run,
@@ -99,18 +125,80 @@ class OrchestrationClient(BaseClient):
             raise phasegate_error(exc) from None
         return oid
 
+    async def check(
+        self,
+        issue: Issue,
+        profile: Profile,
+        *,
+        orchestration_id: str,
+        timeout: float = CHECK_SECONDS,
+    ) -> None:
+        """Have the worker check ``profile`` as it would at the start of a run: models
+        and API keys, each configured provider's server, the coding agent, the working
+        directory, approvers. The check is a short run (``check_only``) under
+        ``<id>.profile-check-<random>``, deleted once it answered.
+
+        Raises:
+            OrchestrationError: The profile cannot run on that worker: every problem.
+            SessionError: No worker answered within ``timeout`` seconds.
+        """
+        problems = id_problems(orchestration_id)
+        if not problems:
+            problems = await self._worker_problems(issue, profile, orchestration_id, timeout)
+        if problems:
+            raise OrchestrationError(
+                "the profile cannot run: " + "; ".join(problems),
+                where="profile",
+                hint="fix the profile (phasegate orchestrate ISSUE.md --profile P) or the "
+                "worker's settings it names, then start again",
+            )
+
+    async def _worker_problems(
+        self, issue: Issue, profile: Profile, oid: str, timeout: float
+    ) -> list[str]:
+        check_id = f"{oid[:100]}{_CHECK}{uuid.uuid4().hex[:8]}"
+        try:
+            handle = await self.temporal.start_workflow(
+                Orchestration.run,
+                StartOrchestration(issue=issue, profile=profile, check_only=True),
+                id=check_id,
+                task_queue=self.task_queue,
+                execution_timeout=timedelta(seconds=timeout + 30),
+                static_summary=f"phasegate: the worker's check of a profile for {oid}",
+            )
+        except RPCError as exc:
+            raise phasegate_error(exc) from None
+        try:
+            view = await asyncio.wait_for(handle.result(), timeout)
+        except TimeoutError:
+            with contextlib.suppress(RPCError):
+                await handle.terminate("no worker answered the profile check")
+            raise SessionError(
+                f"no phasegate worker on task queue {self.task_queue!r} checked the profile "
+                f"within {timeout:.0f} s, so nothing was started",
+                hint="start a worker (`phasegate dev`, or `phasegate worker` with your "
+                "server), then start the orchestration again",
+            ) from None
+        except (WorkflowFailureError, RPCError) as exc:
+            raise self._error(check_id, exc) from None
+        finally:
+            with contextlib.suppress(RPCError):  # a server may refuse deletes: it expires
+                await delete(self.temporal, check_id, handle.result_run_id or "")
+        return [view.failure] if view.failure else []  # the run's own "a; b; c"
+
     # ------------------------------------------------------------------ reads
     async def list_orchestrations(self, limit: int = 50) -> list[SessionListing]:
         """Orchestrations on this task queue, newest first: id, phasegate status, the
-        plan step it is on, and Temporal's execution status."""
+        plan step it is on, and Temporal's execution status (never a profile check)."""
         query = f"WorkflowType = 'Orchestration' AND TaskQueue = '{self.task_queue}'"
         out: list[SessionListing] = []
         try:
-            async for wf in self.temporal.list_workflows(query, limit=limit):
-                out.append(_listing(wf))
+            async for wf in self.temporal.list_workflows(query, limit=limit + 10):
+                if _CHECK not in wf.id:
+                    out.append(_listing(wf))
         except RPCError as exc:
             raise phasegate_error(exc) from None
-        return out
+        return out[:limit]
 
     async def state(self, orchestration_id: str, *, timeout: float = 30.0) -> OrchestrationView:
         """Status, plan, outputs, usage and what the run waits for (query ``state``).

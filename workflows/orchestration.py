@@ -16,6 +16,10 @@ escalation, review loop, replans) is :class:`~phasegate.domain.orchestration.Orc
 Queries ``plan``, ``state``, ``history``; updates ``decide_approval`` (signed where
 approvers have keys) and ``request_replan``. The Web UI shows the plan with the
 current step marked in the workflow's current details.
+
+A run started with ``check_only`` runs only the worker's checks of the profile and
+ends (status ``checked``, its problems as ``failure``): clients run it before they
+start an orchestration, so a profile that cannot run starts nothing.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ __all__ = ["Orchestration"]
 
 _WORKFLOW_TYPE = "orchestration"
 _PUBLISH_ON_CHANGE = "orchestration-publish-on-change"  # workflow.patched id
+_PLANNER_CONFIGURATION = "orchestration-planner-configuration-fails"  # workflow.patched id
 _DEV_WORKFLOW = "spec_execution_v1"
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's last answer after the agent exits
 
@@ -132,6 +137,14 @@ class Orchestration:
             start_to_close_timeout=_SHORT,
             retry_policy=_RETRY,
         )
+        if start.check_only:  # a client's check before it starts the orchestration
+            return OrchestrationView(
+                orchestration_id=workflow.info().workflow_id,
+                issue=start.issue,
+                status="checked",
+                failure="; ".join(setup.problems),
+                plan=PlanView(),
+            )
         if problems := OrchestrationState.setup_problems(setup, workflow.info().workflow_id):
             self._failure = "the profile cannot run: " + "; ".join(problems)
             raise application_error(
@@ -199,8 +212,11 @@ class Orchestration:
                 assert isinstance(output, PlannerDecision)
                 decision = output
         except (ActivityError, ApplicationError) as err:
+            message, code = _innermost(err)
+            # Runs recorded before: a planner that cannot run here asked for a replan.
+            code = code if workflow.patched(_PLANNER_CONFIGURATION) else ""
             state.refuse_plan(
-                [f"the planner ({model}) failed: {_innermost(err)[0]}"], workflow.now()
+                [f"the planner ({model}) failed: {message}"], workflow.now(), code=code
             )
             return
         if state.status == "failed":  # a person's replan with none left, while planning

@@ -1,9 +1,11 @@
 """``phasegate orchestrate`` and ``phasegate plan show``: orchestrations from the CLI.
 
 - ``orchestrate ISSUE.md [--profile P] [--workdir DIR] [--id ID] [--json] [--no-wait]``
-  starts an orchestration and follows it: the plan, each step starting and finishing,
-  gates waiting for a person (with the exact command that decides them), the
-  developer's gated sessions (with ``phasegate phase SESSION``), replans. Exit 0
+  has the worker check the profile (a profile it cannot run starts nothing: exit 1
+  with every problem), then starts an orchestration and follows it: the plan, each
+  step starting and finishing, gates waiting for a person (with the exact command
+  that decides them), the developer's gated sessions (with ``phasegate phase
+  SESSION``), replans. Exit 0
   completed, 1 failed (the reason on stderr), 3 with ``--no-wait`` when it waits for a
   person (a gate, or a developer session's phase awaiting approval).
 - ``orchestrate watch ID`` follows one already started (the same output and exits).
@@ -66,6 +68,7 @@ _SUBCOMMANDS = ("run", "watch", "approve", "replan", "list", "-h", "--help")
 _GLOBAL_VALUED = ("--address", "--namespace", "--task-queue")
 _FINISHED = ("completed", "failed")
 _CHILD_WAITING = ("awaiting_approval", "approval_overdue")
+_CHECK_NOTICE_SECONDS = 3.0  # then say the CLI waits for a worker to check the profile
 
 
 # ---------------------------------------------------------------- parser
@@ -192,7 +195,14 @@ async def run(ctx: Ctx) -> int:
     profile, source = load_profile(a.profile, workdir=a.workdir)
     pg = await ctx.client()
     oc = _clients(pg)
-    oid = await oc.start(issue, profile, orchestration_id=a.id)
+    starting = asyncio.ensure_future(oc.start(issue, profile, orchestration_id=a.id))
+    done, _ = await asyncio.wait([starting], timeout=_CHECK_NOTICE_SECONDS)
+    if not done:  # the worker checks the profile first: is there one?
+        echo_err(
+            f"waiting for a phasegate worker on task queue {ctx.settings.task_queue!r} to "
+            "check the profile (`phasegate dev` or `phasegate worker` runs one)"
+        )
+    oid = await starting
     a.started_id = oid
     out = sys.stderr if a.json else sys.stdout
     url = ui_url(ctx.settings.web_ui_url, ctx.settings.namespace, oid)

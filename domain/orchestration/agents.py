@@ -27,6 +27,7 @@ __all__ = [
     "MAX_ISSUE_BODY_CHARS",
     "MAX_MODEL_RESPONSE_BYTES",
     "MAX_PLAN_STEPS",
+    "MODEL_UNREACHABLE",
     "OUTPUT_TOO_LARGE",
     "STEP_AGENTS",
     "AgentName",
@@ -64,6 +65,9 @@ MAX_ITEMS = 32
 # larger answer fails its step (the planner may replan) with code OUTPUT_TOO_LARGE.
 MAX_MODEL_RESPONSE_BYTES = 1_400_000
 OUTPUT_TOO_LARGE = "agent_output_too_large"
+# A model's server refused the connection or its host does not resolve: no plan can fix
+# that (the worker's provider settings, or the server, must change).
+MODEL_UNREACHABLE = "model_unreachable"
 
 _ISSUE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._#/-]{0,127}")
 

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
     from phasegate.domain.orchestration.state import OrchestrationState
 
 __all__ = [
+    "MAX_ORCHESTRATION_ID",
     "agent_stopped",
     "attempt_of",
+    "id_problems",
     "replan_request",
     "session_id",
     "session_outcome",
@@ -36,6 +38,7 @@ __all__ = [
     "timed_out",
 ]
 
+MAX_ORCHESTRATION_ID = 200  # its developer sessions are named after it
 _REPLAN_LINE = re.compile(r"REPLAN:\s*(.+)")
 _TAIL_SHOWN = 600  # characters of the agent's last output quoted in a failure
 
@@ -67,6 +70,17 @@ def spec_request(
         review_ref=review.ref if review else None,
         review_sha256=latest_review.sha256 if latest_review and latest_review.ref else None,
     )
+
+
+def id_problems(orchestration_id: str) -> list[str]:
+    """Why ``orchestration_id`` cannot name an orchestration ([]: it can)."""
+    if len(orchestration_id) <= MAX_ORCHESTRATION_ID:
+        return []
+    too_long = (
+        f"the orchestration id is longer than {MAX_ORCHESTRATION_ID} characters "
+        "(its developer sessions are named after it): pick a shorter --id"
+    )
+    return [too_long]
 
 
 def session_id(orchestration_id: str, replanned: int, attempt: int) -> str:

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 StepStatus = Literal["pending", "awaiting_approval", "running", "done", "failed"]
-OrchestrationStatus = Literal["planning", "running", "awaiting", "completed", "failed"]
+OrchestrationStatus = Literal["planning", "running", "awaiting", "completed", "failed", "checked"]
 HistoryKind = Literal[
     "started",
     "plan",
@@ -131,13 +131,20 @@ class OrchestrationCarry(BaseModel):
 
 class StartOrchestration(BaseModel):
     """Run input of ``Orchestration``: the issue and the profile (``carried`` is set
-    only by the orchestration's own replan)."""
+    only by the orchestration's own replan).
+
+    ``check_only``: the run only checks the profile on the worker and ends, status
+    ``checked``, its problems in ``failure`` (empty: it can run); a client runs that
+    before it starts the orchestration itself, so nothing starts a profile that cannot
+    run.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     issue: Issue
     profile: Profile = Field(default_factory=Profile)
     carried: OrchestrationCarry | None = None
+    check_only: bool = False
 
 
 class OrchestrationSetup(BaseModel):

@@ -21,7 +21,6 @@ Pure: no I/O, no clock (callers pass ``now``), no randomness.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +34,16 @@ from phasegate.domain.errors import (
     TemplateNotFound,
     WorkflowNotFound,
 )
+from phasegate.domain.orchestration.actions import (
+    Action,
+    Finish,
+    NeedPlan,
+    Replan,
+    RunStep,
+    Wait,
+)
 from phasegate.domain.orchestration.agents import (
+    MODEL_UNREACHABLE,
     STEP_AGENTS,
     AgentOutput,
     AnalysisResult,
@@ -47,6 +55,7 @@ from phasegate.domain.orchestration.agents import (
     StepUsage,
 )
 from phasegate.domain.orchestration.context import ContextSections, sections_for
+from phasegate.domain.orchestration.developer import MAX_ORCHESTRATION_ID, id_problems
 from phasegate.domain.orchestration.gates import GateRules, digest, short
 from phasegate.domain.orchestration.messages import (
     AwaitingDecision,
@@ -84,9 +93,7 @@ __all__ = [
 ]
 
 MAX_HISTORY = 400  # history entries kept; older ones are counted in history_dropped
-MAX_ORCHESTRATION_ID = 200  # its developer sessions are named after it
-MAX_DETAIL = 1_000
-# Failures a new plan cannot fix: the worker's configuration must change.
+# Failures a new plan cannot fix: the worker's configuration (or a server) must change.
 CONFIGURATION_ERRORS = frozenset(
     cls.code
     for cls in (
@@ -99,48 +106,7 @@ CONFIGURATION_ERRORS = frozenset(
         ModelAuth,
         ModelNotFound,
     )
-)
-
-
-@dataclass(frozen=True)
-class NeedPlan:
-    """Ask the planner (or the rules planner) for a plan."""
-
-
-@dataclass(frozen=True)
-class RunStep:
-    """Run plan step ``step`` (its agent's output will be recorded as ``key``)."""
-
-    step: StepRecord
-    key: str
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Wait for a person's decision, or a replan request."""
-
-    awaiting: AwaitingDecision
-
-
-@dataclass(frozen=True)
-class Replan:
-    """Continue as new with ``carry``: the planner runs again with the reason."""
-
-    carry: OrchestrationCarry
-
-
-@dataclass(frozen=True)
-class Finish:
-    """The run is over: completed, or failed with ``reason``."""
-
-    completed: bool
-    reason: str = ""
-
-
-Action = NeedPlan | RunStep | Wait | Replan | Finish
-
-
-_short = short
+) | {MODEL_UNREACHABLE}
 
 
 class OrchestrationState(GateRules):
@@ -193,7 +159,7 @@ class OrchestrationState(GateRules):
         self.log(
             now,
             "replan" if carried else "started",
-            detail=carried.replan_reason if carried else _short(issue.title),
+            detail=carried.replan_reason if carried else short(issue.title),
         )
 
     # ----------------------------------------------------------------- history
@@ -211,7 +177,7 @@ class OrchestrationState(GateRules):
         seq = (self.history[-1].seq + 1) if self.history else self.history_dropped
         self.history.append(
             HistoryEntry(
-                seq=seq, at=now, kind=kind, agent=agent, key=key, actor=actor, detail=_short(detail)
+                seq=seq, at=now, kind=kind, agent=agent, key=key, actor=actor, detail=short(detail)
             )
         )
         if len(self.history) > MAX_HISTORY:
@@ -274,10 +240,14 @@ class OrchestrationState(GateRules):
             ]
         return []
 
-    def refuse_plan(self, problems: list[str], now: datetime) -> None:
-        """The plan failed verification: replan while replans are left, else fail."""
+    def refuse_plan(self, problems: list[str], now: datetime, *, code: str = "") -> None:
+        """No usable plan: replan while replans are left, else fail; a planner that
+        cannot run on this worker (``code`` in CONFIGURATION_ERRORS) fails at once."""
         detail = "; ".join(problems)
         self.log(now, "plan_refused", agent="planner", detail=detail)
+        if code in CONFIGURATION_ERRORS:
+            self.fail(f"the planner cannot run on this worker: {detail}", now)
+            return
         self._ask_replan(f"the plan failed verification: {detail}", now, by=SYSTEM_ACTOR)
 
     # ------------------------------------------------------------------ advance
@@ -344,7 +314,7 @@ class OrchestrationState(GateRules):
             kind=kind,
             step=step.index,
             agent=step.agent,
-            reason=_short(reason),
+            reason=short(reason),
             subject_sha256=digest(subject),
             since=now,
         )
@@ -455,7 +425,7 @@ class OrchestrationState(GateRules):
             StepRecord(
                 index=0,
                 agent="developer",
-                reason=f"address review pass {self.review_passes}: {_short(comments, 300)}",
+                reason=f"address review pass {self.review_passes}: {short(comments, 300)}",
             ),
             StepRecord(index=0, agent="reviewer", reason=f"review pass {self.review_passes + 1}"),
         ]
@@ -484,7 +454,7 @@ class OrchestrationState(GateRules):
         if self.replanned_count >= self.profile.max_replans:
             self.fail(f"{reason}; no replans left (max_replans {self.profile.max_replans})", now)
             return
-        self.pending_replan = _short(reason)
+        self.pending_replan = short(reason)
         self.log(now, "replan_requested", actor=by, detail=reason)
 
     def apply_replan(
@@ -504,7 +474,7 @@ class OrchestrationState(GateRules):
         if self.status in ("completed", "failed"):
             return
         self.status = "failed"
-        self.failure = _short(reason, 2000)
+        self.failure = short(reason, 2000)
         self.awaiting = None
         self.log(now, "failed", detail=reason)
 
@@ -545,13 +515,7 @@ class OrchestrationState(GateRules):
     @staticmethod
     def setup_problems(setup: OrchestrationSetup, orchestration_id: str) -> list[str]:
         """Why a run cannot start with ``setup`` under ``orchestration_id`` ([]: it can)."""
-        problems = list(setup.problems)
-        if len(orchestration_id) > MAX_ORCHESTRATION_ID:
-            problems.append(
-                f"the orchestration id is longer than {MAX_ORCHESTRATION_ID} characters "
-                "(its developer sessions are named after it): pick a shorter --id"
-            )
-        return problems
+        return [*setup.problems, *id_problems(orchestration_id)]
 
     def planner(self) -> str:
         """Who plans: ``fixed`` (the classic pipeline), ``rules`` (no model) or a model id."""
