@@ -48,6 +48,7 @@ from phasegate.domain.orchestration.agents import Issue, Profile
 from phasegate.domain.orchestration.developer import id_problems
 from phasegate.domain.orchestration.gates import digest
 from phasegate.domain.orchestration.messages import (
+    DeveloperPrompt,
     HistoryEntry,
     OrchestrationDecision,
     OrchestrationView,
@@ -223,6 +224,13 @@ class OrchestrationClient(BaseClient):
     async def plan(self, orchestration_id: str, *, timeout: float = 30.0) -> PlanView:
         """The plan with the current step marked (query ``plan``)."""
         return await self._query(orchestration_id, Orchestration.plan, timeout)
+
+    async def developer_prompt(
+        self, orchestration_id: str, *, timeout: float = 30.0
+    ) -> DeveloperPrompt:
+        """The open developer session, its spec and the prompt its coding agent is given
+        (query ``developer_prompt``; empty fields when no developer session is open)."""
+        return await self._query(orchestration_id, Orchestration.developer_prompt, timeout)
 
     async def history(self, orchestration_id: str, *, timeout: float = 30.0) -> list[HistoryEntry]:
         """The append-only history: plans, decisions, steps, replans (query ``history``)."""

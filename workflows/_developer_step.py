@@ -10,7 +10,9 @@ code or its own report never completes the step.
   session runs; when the agent exits, the session has a short grace to answer its
   last submission, then an incomplete session fails the step.
 - ``mcp`` mode: an outside agent (or a person) drives the session; the step waits
-  until it completes, or until a person asks for a replan.
+  until it completes, or until a person asks for a replan. The prompt that agent
+  should be given is rendered before the session starts (query ``developer_prompt``,
+  ``phasegate orchestrate prompt ID``), as command mode renders its agent's.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ DEV_WORKFLOW = DEVELOPER_WORKFLOW
 SHORT = timedelta(seconds=30)  # the orchestration's own activities (setup, render, files)
 RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(seconds=1))
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's answer to the agent's last submission
+_MCP_PROMPT = "orchestration-mcp-developer-prompt"  # workflow.patched id: mcp renders a prompt
 
 
 @dataclass
@@ -81,12 +84,14 @@ async def develop(
     )
     child_id = developer.session_id(info.workflow_id, state.replanned_count, attempt)
     profile = state.profile
+    prompt = ""  # runs recorded before mcp mode had a prompt render none
+    if profile.developer.mode != "command" and workflow.patched(_MCP_PROMPT):
+        prompt = await _prompt(ctx, step, child_id, spec.spec_path)
     try:
         handle = await _start_session(ctx, child_id, spec.spec_path)
     except WorkflowAlreadyStartedError:
         raise application_error(developer.session_taken(child_id)) from None
-    step.child_session = child_id
-    state.child_sessions.append(child_id)
+    state.open_session(step, child_id, spec.spec_path, prompt)
     ctx.publish()
     replan: str | None = None
     try:
@@ -130,18 +135,8 @@ async def _drive(
 ) -> tuple[SessionSummary, str | None]:
     """Run the coding-agent CLI against the child session; the session decides."""
     dev = ctx.state.profile.developer
-    prompt = await workflow.execute_activity(
-        render_agent_prompt,
-        AgentPromptRequest(
-            agent="developer",
-            sections=ctx.state.context(step),
-            working_dir=ctx.working_dir,
-            session_id=child_id,
-        ),
-        start_to_close_timeout=SHORT,
-        retry_policy=RETRY,
-    )
-    text = f"{prompt.instructions}\n\n{prompt.prompt}\n\nThe spec of your session: {spec_path}\n"
+    text = await _prompt(ctx, step, child_id, spec_path)
+    ctx.state.sessions.set_prompt(child_id, text)
     agent = workflow.start_activity_method(
         DeveloperActivities.run_coding_agent,
         CodingAgentRequest(
@@ -191,6 +186,22 @@ async def _drive(
             output_tail=ran.output_tail,
         )
     )
+
+
+async def _prompt(ctx: DeveloperContext, step: StepRecord, child_id: str, spec_path: str) -> str:
+    """What the developer's coding agent is told (the library's developer prompt)."""
+    prompt = await workflow.execute_activity(
+        render_agent_prompt,
+        AgentPromptRequest(
+            agent="developer",
+            sections=ctx.state.context(step),
+            working_dir=ctx.working_dir,
+            session_id=child_id,
+        ),
+        start_to_close_timeout=SHORT,
+        retry_policy=RETRY,
+    )
+    return developer.agent_prompt(prompt.instructions, prompt.prompt, spec_path)
 
 
 async def _start_session(

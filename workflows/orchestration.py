@@ -13,9 +13,9 @@ escalation, review loop, replans) is :class:`~phasegate.domain.orchestration.Orc
 - Every replan is a continue-as-new carrying the issue, the outputs, the compacted
   history and ``replanned_count``.
 
-Queries ``plan``, ``state``, ``history``; updates ``decide_approval`` (signed where
-approvers have keys) and ``request_replan``. The Web UI shows the plan with the
-current step marked in the workflow's current details.
+Queries ``plan``, ``state``, ``history``, ``developer_prompt``; updates
+``decide_approval`` (signed where approvers have keys) and ``request_replan``. The Web
+UI shows the plan with the current step marked in the workflow's current details.
 
 A run started with ``check_only`` runs only the worker's checks of the profile and
 ends (status ``checked``, its problems as ``failure``): clients run it before they
@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         AgentPromptRequest,
     )
     from phasegate.domain.orchestration.messages import (
+        DeveloperPrompt,
         HistoryEntry,
         OrchestrationDecision,
         OrchestrationView,
@@ -167,7 +168,6 @@ class Orchestration:
         )
         self._working_dir = setup.working_dir
         self._setup = setup
-        self._developer_prompt = ""
         while True:
             action = state.advance(workflow.now())
             self._publish()
@@ -345,6 +345,11 @@ class Orchestration:
                 plan=PlanView(),
             )
         return self._state.view()
+
+    @workflow.query
+    def developer_prompt(self) -> DeveloperPrompt:
+        """The open developer session, its spec and what its coding agent is told."""
+        return self._state.sessions.prompt() if self._state else DeveloperPrompt()
 
     @workflow.query
     def history(self) -> list[HistoryEntry]:

@@ -1,6 +1,7 @@
 """Human-readable rendering of orchestrations for the CLI (pure: models in, text out):
-history entries, the open gate with the commands that decide it, ``plan show``, and
-the usage line a finished orchestration ends with."""
+history entries, the open gate with the commands that decide it, a developer session
+(its spec, and in mcp mode the command that prints its agent's prompt), ``plan show``,
+and the usage line a finished orchestration ends with."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from phasegate.client.cli._render import one_line, table
+from phasegate.domain.orchestration.messages import DeveloperSession
 from phasegate.domain.orchestration.views import plan_lines, usage_text
 
 if TYPE_CHECKING:
@@ -18,7 +20,16 @@ if TYPE_CHECKING:
         OutputRecord,
     )
 
-__all__ = ["entry_line", "gate_lines", "output_summary", "render_plan", "usage_line"]
+__all__ = [
+    "entry_line",
+    "gate_lines",
+    "output_summary",
+    "render_plan",
+    "session_lines",
+    "sessions_of",
+    "usage_line",
+]
+
 
 def entry_line(e: HistoryEntry, *, limit: int = 400) -> str:
     """One history entry: ``[12:00:01] ✓ reviewer_0 done: approved, confidence 0.90``."""
@@ -61,6 +72,31 @@ def gate_lines(view: OrchestrationView) -> list[str]:
         f"  approve: phasegate orchestrate approve {oid} --as {who} --comment 'looks right'",
         f"  reject:  phasegate orchestrate approve {oid} --as {who} --reject --comment WHY",
     ]
+
+
+def sessions_of(view: OrchestrationView) -> list[DeveloperSession]:
+    """The developer sessions of ``view``; a worker that named only their ids gives each
+    as open (what is done with it, its own status says)."""
+    if view.developer_sessions:
+        return view.developer_sessions
+    return [DeveloperSession(session_id=c, mode="") for c in view.child_sessions]
+
+
+def session_lines(session: DeveloperSession, oid: str) -> list[str]:
+    """A developer session as ``orchestrate`` announces it: the commands that show it,
+    its spec, and (mcp mode, open) the command that prints what its agent is told."""
+    sid = session.session_id
+    shows = f"`phasegate phase {sid}` shows its current phase, `phasegate status {sid}`"
+    lines = [f"  developer session {sid}: {shows} its progress"]
+    if session.spec_path:
+        lines.append(f"    spec: {session.spec_path}")
+    if session.mode == "mcp" and session.status == "open":
+        lines.append(
+            "    developer mode mcp: your coding agent drives it; its prompt: "
+            f"phasegate orchestrate prompt {oid}  "
+            f'(e.g. claude -p "$(phasegate orchestrate prompt {oid})")'
+        )
+    return lines
 
 
 def output_summary(o: OutputRecord) -> str:

@@ -5,10 +5,14 @@
   with every problem), then starts an orchestration and follows it: the plan, each
   step starting and finishing, gates waiting for a person (with the exact command
   that decides them), the developer's gated sessions (with ``phasegate phase
-  SESSION``), replans. Exit 0
-  completed, 1 failed (the reason on stderr), 3 with ``--no-wait`` when it waits for a
-  person (a gate, or a developer session's phase awaiting approval).
+  SESSION``, the spec, and in mcp mode the command that prints the agent's prompt),
+  sessions a replan replaced, replans. Exit 0 completed, 1 failed (the reason on
+  stderr), 3 with ``--no-wait`` when it waits on something outside it: a person (a
+  gate, or a developer session's phase awaiting approval) or, in developer mode mcp,
+  the coding agent that drives the session (``waiting_on`` in ``--json``).
 - ``orchestrate watch ID`` follows one already started (the same output and exits).
+- ``orchestrate prompt ID`` prints what the open developer session's coding agent is
+  told (to hand an outside agent: ``claude -p "$(phasegate orchestrate prompt ID)"``).
 - ``orchestrate approve ID --as NAME [--reject] [--comment C]`` decides the open gate,
   signed with your key NAME when you hold it (as ``phasegate approve``).
 - ``orchestrate replan ID --reason R [--as NAME]`` asks the planner for a new plan.
@@ -44,6 +48,8 @@ from phasegate.client.cli._orchestrate_render import (
     entry_line,
     gate_lines,
     render_plan,
+    session_lines,
+    sessions_of,
     usage_line,
 )
 from phasegate.client.cli._progress import printer_for, wait_with_progress
@@ -54,6 +60,7 @@ if TYPE_CHECKING:
     from phasegate.client.api import PhasegateClient
     from phasegate.client.orchestrations import OrchestrationClient
     from phasegate.domain.orchestration.messages import (
+        DeveloperSession,
         HistoryEntry,
         OrchestrationView,
     )
@@ -64,7 +71,7 @@ __all__ = ["EXIT_WAITING", "default_subcommand", "register"]
 EXIT_WAITING = 3
 POLL_SECONDS = 0.5
 HISTORY_TAIL = 10
-_SUBCOMMANDS = ("run", "watch", "approve", "replan", "list", "-h", "--help")
+_SUBCOMMANDS = ("run", "watch", "approve", "replan", "list", "prompt", "-h", "--help")
 _GLOBAL_VALUED = ("--address", "--namespace", "--task-queue")
 _FINISHED = ("completed", "failed")
 _CHILD_WAITING = ("awaiting_approval", "approval_overdue")
@@ -135,6 +142,11 @@ def register(sub: Any) -> None:
     s = osub.add_parser("list", parents=[JSON], help="orchestrations on this task queue")
     s.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (newest first)")
     s.set_defaults(func=remote(orchestrate_list))
+    s = osub.add_parser(
+        "prompt", parents=[JSON], help="what the open developer session's coding agent is told"
+    )
+    s.add_argument("orchestration_id", metavar="ID")
+    s.set_defaults(func=remote(prompt))
     s = osub.add_parser("replan", parents=[JSON], help="ask the planner for a new plan")
     s.add_argument("orchestration_id", metavar="ID")
     s.add_argument("--reason", required=True, help="what the new plan must take into account")
@@ -155,7 +167,8 @@ def _follow_options(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--no-wait",
         action="store_true",
-        help="stop when it waits for a person (exit 3), instead of waiting for the decision",
+        help="stop when it waits on something outside it (exit 3): a person's decision, or "
+        "(developer mode mcp) the coding agent that drives the developer's session",
     )
 
 
@@ -241,6 +254,28 @@ async def orchestrate_list(ctx: Ctx) -> int:
     return EXIT_OK
 
 
+async def prompt(ctx: Ctx) -> int:
+    oc = _clients(await ctx.client())
+    oid = ctx.args.orchestration_id
+    got = await oc.developer_prompt(oid)
+    if not got.session_id:
+        view = await oc.state(oid)
+        raise PhasegateError(
+            f"orchestration {oid} has no developer session open (it is {view.status})",
+            hint=f"a developer step's session has a prompt while the step waits on it; "
+            f"`phasegate plan show {oid}` shows where the orchestration is",
+        )
+    if not got.prompt:
+        raise PhasegateError(
+            f"developer session {got.session_id} has no prompt recorded: its run started "
+            "before phasegate rendered one in developer mode mcp",
+            hint=f"its spec is {got.spec_path}; `phasegate phase {got.session_id}` shows "
+            "its current phase",
+        )
+    echo(to_json(got) if ctx.args.json else got.prompt)
+    return EXIT_OK
+
+
 async def watch(ctx: Ctx) -> int:
     pg = await ctx.client()
     out = sys.stderr if ctx.args.json else sys.stdout
@@ -306,10 +341,15 @@ async def plan_show(ctx: Ctx) -> int:
     return EXIT_OK
 
 
-def _document(view: OrchestrationView, history: list[HistoryEntry]) -> str:
-    """The ``--json`` document: the ``state`` query's answer plus ``history``."""
+def _document(
+    view: OrchestrationView, history: list[HistoryEntry], waiting_on: str | None = None
+) -> str:
+    """The ``--json`` document: the ``state`` query's answer plus ``history`` (and, when
+    ``--no-wait`` stopped, ``waiting_on``: ``person`` or ``coding_agent``)."""
     data = view.model_dump(mode="json")
     data["history"] = [h.model_dump(mode="json") for h in history]
+    if waiting_on:
+        data["waiting_on"] = waiting_on
     return json.dumps(data, indent=2, ensure_ascii=False)
 
 
@@ -318,7 +358,7 @@ def _document(view: OrchestrationView, history: list[HistoryEntry]) -> str:
 
 class _Follower:
     """Polls an orchestration and prints what changed, until it finishes (or, with
-    ``--no-wait``, until it waits for a person)."""
+    ``--no-wait``, until it waits on something outside it: a person or a coding agent)."""
 
     def __init__(
         self, ctx: Ctx, pg: PhasegateClient, oc: OrchestrationClient, oid: str, out: TextIO
@@ -327,6 +367,7 @@ class _Follower:
         self.seq = -1
         self.gate: int | None = None
         self.children: set[str] = set()
+        self.replaced: set[str] = set()
         self.finished_children: set[str] = set()
         self.child_gates: set[tuple[str, int]] = set()
         self.history: list[HistoryEntry] = []
@@ -345,12 +386,8 @@ class _Follower:
                 if entry.seq > self.seq:
                     self.seq = entry.seq
                     self.say(entry_line(entry))
-                    if entry.kind == "step_started" and entry.agent == "developer":
-                        steps = [s for s in view.plan.steps if s.key == entry.key]
-                        if steps and steps[0].child_session:
-                            self._announce(steps[0].child_session)
-            waiting = self._gate(view)
-            waiting = await self._children(view) or waiting
+            person = self._gate(view)
+            waits = await self._developer(view)
             if view.status in _FINISHED:
                 return self._finish(view)
             if await self.oc.closed(self.oid):
@@ -360,14 +397,25 @@ class _Follower:
                 if final.status in _FINISHED:
                     return self._finish(final)
                 raise PhasegateError(f"orchestration {self.oid} has closed without finishing")
-            if waiting and self.ctx.args.no_wait:
-                self.say(
-                    f"waiting for a person (--no-wait): follow it again with "
-                    f"`phasegate orchestrate watch {self.oid}`"
-                )
-                self._emit(view)
-                return EXIT_WAITING
+            if (person or waits) and self.ctx.args.no_wait:
+                return self._stop(view, "person" if person else waits or "")
             await asyncio.sleep(POLL_SECONDS)
+
+    def _stop(self, view: OrchestrationView, waiting_on: str) -> int:
+        """``--no-wait``: say what the run waits on and what to run next; exit 3."""
+        again = f"follow it again with `phasegate orchestrate watch {self.oid}`"
+        if waiting_on == "person":
+            self.say(f"waiting for a person (--no-wait): {again}")
+        else:
+            session = next(s for s in sessions_of(view) if s.status == "open")
+            self.say(
+                f"waiting for a coding agent (developer mode mcp): session {session.session_id} "
+                f"waits for its agent's next checkpoint (--no-wait)\n"
+                f"  give your agent its prompt: phasegate orchestrate prompt {self.oid}\n"
+                f"  then {again}"
+            )
+        self._emit(view, waiting_on)
+        return EXIT_WAITING
 
     def _gate(self, view: OrchestrationView) -> bool:
         gate = view.awaiting
@@ -379,43 +427,55 @@ class _Follower:
             self.say("\n".join(gate_lines(view)))
         return True
 
-    async def _children(self, view: OrchestrationView) -> bool:
-        """Name each new developer session; say when one waits for a person's approval."""
+    async def _developer(self, view: OrchestrationView) -> str | None:
+        """Name each developer session (a replaced one as replaced); what the open one
+        waits on: ``person`` (its phase awaits approval, with the command that decides
+        it) or, in mcp mode, ``coding_agent``; None when nothing outside the run."""
         from phasegate.domain.errors import SessionNotActive
 
-        waiting = False
-        for child in view.child_sessions:
-            self._announce(child)
-            if child in self.finished_children:
+        waits: str | None = None
+        for session in sessions_of(view):
+            sid = session.session_id
+            if session.status == "replaced":
+                if sid not in self.replaced:
+                    self.replaced.add(sid)
+                    self.say(f"  developer session {sid} was replaced by a replan: {_GONE}")
+                continue
+            self._announce(session)
+            if session.status != "open" or sid in self.finished_children:
                 continue
             try:
-                status = await self.pg.status(child)
+                status = await self.pg.status(sid)
             except (SessionNotActive, SessionError):
                 continue  # still loading its definition
             if status.status in ("completed", "abandoned"):
-                self.finished_children.add(child)
+                self.finished_children.add(sid)
             elif status.status in _CHILD_WAITING:
-                waiting = True
-                key = (child, status.current_phase)
-                if key not in self.child_gates:
-                    self.child_gates.add(key)
-                    names = status.awaiting_approval_from
-                    who = names[0] if len(names) == 1 else "NAME"
-                    self.say(
-                        f"  session {child} phase {status.current_phase} "
-                        f"({one_line(status.current_phase_name)}) waits for approval by "
-                        f"{session_text.who_approves(names, one_line)}:\n"
-                        f"    phasegate approve {child} --as {who} --comment 'plan looks right'"
-                    )
-        return waiting
+                waits = "person"
+                self._child_gate(sid, status)
+            elif status.status == "active" and session.mode == "mcp":
+                waits = waits or "coding_agent"
+        return waits
 
-    def _announce(self, child: str) -> None:
-        if child not in self.children:
-            self.children.add(child)
+    def _child_gate(self, child: str, status: Any) -> None:
+        key = (child, status.current_phase)
+        if key not in self.child_gates:
+            self.child_gates.add(key)
+            names = status.awaiting_approval_from
+            who = names[0] if len(names) == 1 else "NAME"
             self.say(
-                f"  developer session {child}: `phasegate phase {child}` shows its "
-                f"current phase, `phasegate status {child}` its progress"
+                f"  session {child} phase {status.current_phase} "
+                f"({one_line(status.current_phase_name)}) waits for approval by "
+                f"{session_text.who_approves(names, one_line)}:\n"
+                f"    phasegate approve {child} --as {who} --comment 'plan looks right'"
             )
+
+    def _announce(self, session: DeveloperSession) -> None:
+        child = session.session_id
+        if child in self.children:
+            return
+        self.children.add(child)
+        self.say("\n".join(session_lines(session, self.oid)))
 
     def _finish(self, view: OrchestrationView) -> int:
         self.say(
@@ -431,6 +491,9 @@ class _Follower:
             return EXIT_ERROR
         return EXIT_OK
 
-    def _emit(self, view: OrchestrationView) -> None:
+    def _emit(self, view: OrchestrationView, waiting_on: str | None = None) -> None:
         if self.ctx.args.json:
-            echo(_document(view, self.history))
+            echo(_document(view, self.history, waiting_on))
+
+
+_GONE = "nothing waits on it any more"

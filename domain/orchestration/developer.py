@@ -9,7 +9,10 @@ every judgement it needs is here, so it is unit-tested without a server:
   (the same text anywhere else, e.g. an echoed issue body, is not);
 - the step succeeds only when its gated session completed — the agent's exit code or
   its words never complete it — and every other end is a :class:`DeveloperFailed`
-  that names what happened and where to look.
+  that names what happened and where to look;
+- :class:`DeveloperSessions`: the chain's sessions, which one is open, and which a
+  replan replaced (nothing waits on those, whatever the session itself still says);
+- the prompt a coding agent is given (:func:`agent_prompt`), in either mode.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from typing import TYPE_CHECKING
 from phasegate.domain.errors import DeveloperFailed
 from phasegate.domain.orchestration.activities import DevSpecRequest
 from phasegate.domain.orchestration.agents import DeveloperResult, PlanOutput
+from phasegate.domain.orchestration.messages import DeveloperPrompt, DeveloperSession
 
 if TYPE_CHECKING:
     from phasegate.domain.orchestration.state import OrchestrationState
 
 __all__ = [
     "MAX_ORCHESTRATION_ID",
+    "DeveloperSessions",
+    "agent_prompt",
     "agent_stopped",
     "attempt_of",
     "id_problems",
@@ -153,3 +159,67 @@ def agent_stopped(
         f"the session refused to advance (see `phasegate status {child_id}`); the agent's "
         f"last output: {tail or '(none)'}",
     )
+
+
+def agent_prompt(instructions: str, prompt: str, spec_path: str) -> str:
+    """What the developer's coding agent is told: the library's instructions, the
+    context, and where its session's spec is."""
+    return f"{instructions}\n\n{prompt}\n\nThe spec of your session: {spec_path}\n"
+
+
+class DeveloperSessions:
+    """The developer sessions of an orchestration's chain, oldest first.
+
+    A session is ``open`` while its step waits on it, then ``completed`` or ``failed``
+    with its step; a replan ends the run that owned it, so every session not completed
+    is ``replaced`` in the carry. The prompt of this run's sessions is kept (never
+    carried: the next run's sessions are new).
+    """
+
+    def __init__(self, carried: list[DeveloperSession], ids: list[str]) -> None:
+        known = {s.session_id: s.model_copy() for s in carried}
+        # A carry written before sessions had records names only their ids: every one
+        # of them belonged to an earlier run, which a replan ended.
+        self.records = [
+            known.get(sid) or DeveloperSession(session_id=sid, mode="", status="replaced")
+            for sid in ids
+        ]
+        self.prompts: dict[str, str] = {}
+
+    def open(self, session_id: str, *, mode: str, spec_path: str, prompt: str = "") -> None:
+        self.records.append(DeveloperSession(session_id=session_id, mode=mode, spec_path=spec_path))
+        if prompt:
+            self.prompts[session_id] = prompt
+
+    def set_prompt(self, session_id: str, prompt: str) -> None:
+        self.prompts[session_id] = prompt
+
+    def ended(self, session_id: str, *, completed: bool) -> None:
+        """The step of ``session_id`` got its output (``completed``) or failed."""
+        for record in self.records:
+            if record.session_id == session_id and record.status == "open":
+                record.status = "completed" if completed else "failed"
+
+    def current(self) -> DeveloperSession | None:
+        """The open session, if a developer step waits on one."""
+        found = [r for r in self.records if r.status == "open"]
+        return found[-1] if found else None
+
+    def prompt(self) -> DeveloperPrompt:
+        """The open session's prompt (empty when none is open or it was never rendered)."""
+        record = self.current()
+        if record is None:
+            return DeveloperPrompt()
+        return DeveloperPrompt(
+            session_id=record.session_id,
+            mode=record.mode,
+            spec_path=record.spec_path,
+            prompt=self.prompts.get(record.session_id, ""),
+        )
+
+    def carried(self) -> list[DeveloperSession]:
+        """The records a replan carries: what is not completed was replaced."""
+        return [
+            r.model_copy(update={"status": "replaced"}) if r.status != "completed" else r
+            for r in self.records
+        ]

@@ -20,6 +20,8 @@ from phasegate.domain.trust import ActorName
 
 __all__ = [
     "AwaitingDecision",
+    "DeveloperPrompt",
+    "DeveloperSession",
     "HistoryEntry",
     "OrchestrationCarry",
     "OrchestrationDecision",
@@ -36,6 +38,7 @@ __all__ = [
 
 StepStatus = Literal["pending", "awaiting_approval", "running", "done", "failed"]
 OrchestrationStatus = Literal["planning", "running", "awaiting", "completed", "failed", "checked"]
+SessionStatus = Literal["open", "completed", "failed", "replaced"]
 HistoryKind = Literal[
     "started",
     "plan",
@@ -93,6 +96,31 @@ class StepRecord(BaseModel):
     child_session: str = ""
 
 
+class DeveloperSession(BaseModel):
+    """A developer step's gated session, as the orchestration knows it.
+
+    ``open`` while its step waits on it; ``completed`` when its step got the session's
+    completion; ``failed`` when its step failed; ``replaced`` once a replan started a new
+    run (the run that owned it is over: nothing waits on it any more, whatever the
+    session itself still says).
+    """
+
+    session_id: str
+    mode: str = Field(description="The profile's developer.mode: command or mcp.")
+    spec_path: str = ""
+    status: SessionStatus = "open"
+
+
+class DeveloperPrompt(BaseModel):
+    """Answer of query ``developer_prompt``: what the open developer session's coding
+    agent is told (empty fields when no session is open, or the run predates it)."""
+
+    session_id: str = ""
+    mode: str = ""
+    spec_path: str = ""
+    prompt: str = ""
+
+
 class AwaitingDecision(BaseModel):
     """A person's decision the run is waiting for.
 
@@ -127,6 +155,7 @@ class OrchestrationCarry(BaseModel):
     usage: StepUsage = Field(default_factory=StepUsage)
     scope: Scope | None = None
     child_sessions: list[str] = Field(default_factory=list)
+    developer_sessions: list[DeveloperSession] = Field(default_factory=list, max_length=1000)
 
 
 class StartOrchestration(BaseModel):
@@ -239,5 +268,8 @@ class OrchestrationView(BaseModel):
     last_decision: str = ""
     failure: str = ""
     child_sessions: list[str] = Field(default_factory=list)
+    developer_sessions: list[DeveloperSession] = Field(
+        default_factory=list, description="Every developer session of the chain, oldest first."
+    )
     approvers: list[str] = Field(default_factory=list)
     run_chain_length: int = 1

@@ -55,7 +55,11 @@ from phasegate.domain.orchestration.agents import (
     StepUsage,
 )
 from phasegate.domain.orchestration.context import ContextSections, sections_for
-from phasegate.domain.orchestration.developer import MAX_ORCHESTRATION_ID, id_problems
+from phasegate.domain.orchestration.developer import (
+    MAX_ORCHESTRATION_ID,
+    DeveloperSessions,
+    id_problems,
+)
 from phasegate.domain.orchestration.gates import GateRules, digest, short
 from phasegate.domain.orchestration.messages import (
     AwaitingDecision,
@@ -156,6 +160,7 @@ class OrchestrationState(GateRules):
         self.usage = carry.usage.model_copy()
         self.scope: Scope | None = carry.scope
         self.child_sessions = list(carry.child_sessions)
+        self.sessions = DeveloperSessions(carry.developer_sessions, self.child_sessions)
         self.log(
             now,
             "replan" if carried else "started",
@@ -329,6 +334,13 @@ class OrchestrationState(GateRules):
         step.key = key
         self.log(now, "step_started", agent=step.agent, key=key, actor=model, detail=step.reason)
 
+    def open_session(self, step: StepRecord, session_id: str, spec_path: str, prompt: str) -> None:
+        """The developer step started its gated session (the step waits on it)."""
+        step.child_session = session_id
+        self.child_sessions.append(session_id)
+        mode = self.profile.developer.mode
+        self.sessions.open(session_id, mode=mode, spec_path=spec_path, prompt=prompt)
+
     def record_output(
         self,
         step: StepRecord,
@@ -360,6 +372,7 @@ class OrchestrationState(GateRules):
         )
         self._add_usage(usage)
         step.status = "done"
+        self.sessions.ended(step.child_session, completed=True)
         self.cursor = step.index + 1
         self.log(now, "step_done", agent=step.agent, key=key, detail=output_summary(output))
         self._react(step, key, output, now)
@@ -442,6 +455,7 @@ class OrchestrationState(GateRules):
         workflow definition, a model the worker cannot use) fails the run at once.
         """
         step.status = "failed"
+        self.sessions.ended(step.child_session, completed=False)
         self.log(now, "step_failed", agent=step.agent, key=step.key, detail=error)
         if code in CONFIGURATION_ERRORS:
             self.fail(f"the {step.agent} step cannot run on this worker: {error}", now)
@@ -495,6 +509,7 @@ class OrchestrationState(GateRules):
             usage=self.usage,
             scope=self.scope,
             child_sessions=self.child_sessions,
+            developer_sessions=self.sessions.carried(),
         )
         return compact(carry)
 

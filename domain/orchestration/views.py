@@ -26,6 +26,7 @@ __all__ = [
     "by_reference",
     "compact",
     "details_markdown",
+    "developer_lines",
     "output_summary",
     "plan_view",
     "shrink",
@@ -67,6 +68,7 @@ def state_view(state: OrchestrationState) -> OrchestrationView:
         last_decision=state.last_decision,
         failure=state.failure,
         child_sessions=state.child_sessions,
+        developer_sessions=[r.model_copy() for r in state.sessions.records],
         approvers=state.approver_names(),
         run_chain_length=state.replanned_count + 1,
     )
@@ -122,6 +124,7 @@ def plan_lines(view: OrchestrationView, *, gate: bool = True) -> list[str]:
             lines.append(row + (f"  {s.reason[:100]}" if s.reason else ""))
     else:
         lines.append("plan: not made yet")
+    lines += developer_lines(view)
     if gate and view.awaiting is not None:
         g = view.awaiting
         lines.append(f"waiting for a person: gate {g.gate} ({g.kind} of {g.agent}): {g.reason}")
@@ -131,6 +134,24 @@ def plan_lines(view: OrchestrationView, *, gate: bool = True) -> list[str]:
         lines.append(f"replans: {plan.replanned_count} (latest: {plan.replan_reason})")
     if view.pending_replan:
         lines.append(f"replan pending: {view.pending_replan}")
+    return lines
+
+
+def developer_lines(view: OrchestrationView) -> list[str]:
+    """The developer sessions: which is open (its spec, and for an outside agent the
+    command that prints its prompt) and which a replan replaced."""
+    lines: list[str] = []
+    for d in view.developer_sessions:
+        how = ", ".join(x for x in (d.mode, d.status) if x)
+        if d.status != "open":
+            lines.append(f"developer session {d.session_id} ({how})")
+            continue
+        lines.append(f"developer session {d.session_id} ({how}): spec {d.spec_path}")
+        if d.mode == "mcp":
+            lines.append(
+                f"  it waits for a coding agent; its prompt: "
+                f"phasegate orchestrate prompt {view.orchestration_id}"
+            )
     return lines
 
 
