@@ -30,6 +30,7 @@ Hierarchy::
         ├── ModelAuth                  "model_auth": the provider refused the API key
         ├── ModelNotFound              "model_not_found": the provider has no such model
         ├── ModelQuota                 "model_quota": the provider's quota is used up
+        ├── ModelUnreachable           "model_unreachable": the provider's server cannot be reached
         ├── AgentOutputInvalid         "agent_output_invalid": no valid answer after retries
         └── AgentOutputTooLarge        "agent_output_too_large": an answer over the size cap
     NotifyFailed                       "notify_failed": a webhook did not answer (retried)
@@ -68,6 +69,7 @@ __all__ = [
     "ModelError",
     "ModelNotFound",
     "ModelQuota",
+    "ModelUnreachable",
     "ModelUnusable",
     "NotifyFailed",
     "NotifyInvalid",
@@ -278,6 +280,13 @@ class ModelQuota(ModelError):
     code = "model_quota"
 
 
+class ModelUnreachable(ModelError):
+    """The model provider's server refused the connection or its host does not resolve:
+    no plan can fix that, so the run ends at once, naming the URL."""
+
+    code = "model_unreachable"
+
+
 class AgentOutputInvalid(ModelError):
     code = "agent_output_invalid"
 
@@ -352,6 +361,7 @@ ERROR_TYPES: dict[str, type[PhasegateError]] = {
         ModelAuth,
         ModelNotFound,
         ModelQuota,
+        ModelUnreachable,
         AgentOutputInvalid,
         AgentOutputTooLarge,
         NotifyFailed,
