@@ -123,6 +123,10 @@ async def test_session_walkthrough(online, tmp_path):
     assert "phase 2" in future.err and SECRET not in future.err
     assert task.code == 0 and "Read the code" in task.out, task.err
 
+    # A submission for a phase not reached is refused with exit 3, as the README says.
+    r = await cli("submit", sid, "--phase", "2", "--set", "tests_run=1")
+    assert r.code == 3 and "not reached yet" in r.err, (r.code, r.err)
+
     # A failing gate exits 2 and lists every problem with its field.
     r = await cli("submit", sid, "--set", "modules_found=0", "--set", "summary=7")
     assert r.code == 2, r.err

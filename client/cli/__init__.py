@@ -129,6 +129,8 @@ def _run(args: argparse.Namespace) -> int:
             return args.func(args, load_settings())
         except PhasegateError as exc:
             echo_err(f"error: {exc}")
+            if exc.code == "phase_sequence_violation":  # a phase not reached (or done)
+                return EXIT_REFUSED
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
