@@ -34,7 +34,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from phasegate import SHIPPED_LIBRARY
 from phasegate.domain.errors import (
@@ -246,8 +246,18 @@ async def connect(settings: Settings | None = None, **client_options: Any) -> Cl
 
 def application_error(exc: PhasegateError, *, non_retryable: bool = True) -> ApplicationError:
     """A phasegate error as the ``ApplicationError`` clients see (type = error code,
-    details = ``{code, message, where, hint}``)."""
-    return ApplicationError(str(exc), exc.details(), type=exc.code, non_retryable=non_retryable)
+    details = ``{code, message, where, hint}``).
+
+    Benign: a phasegate error is an expected refusal with its message (a spec not found,
+    a gate that refuses, a bad profile), not a fault, so the worker logs no traceback
+    for it; the message reaches whoever asked. Faults are other exceptions."""
+    return ApplicationError(
+        str(exc),
+        exc.details(),
+        type=exc.code,
+        non_retryable=non_retryable,
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 def phasegate_error(exc: BaseException, settings: Settings | None = None) -> PhasegateError:
