@@ -180,6 +180,10 @@ async def test_session_walkthrough(online, tmp_path):
 
     r = await cli("watch", sid, "--once")
     assert r.code == 0 and "phase 2 (3 of 3): Build" in r.out, r.err
+    # --timeout (documented in the README) stops following an active session.
+    r = await cli("watch", sid, "--timeout", "1", "--interval", "0.2", "--no-progress")
+    assert r.code == 1 and "stopped after 1 s (--timeout)" in r.err, (r.code, r.err)
+    assert "phase 2 (3 of 3): Build" in r.out
 
     r = await cli(
         "submit", sid, "--set", "tests_run=3", "--set", "tests_passed=3", "--set", "coverage=50"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from phasegate.client.cli._common import (
+    EXIT_ERROR,
     EXIT_GATE_FAILED,
     EXIT_OK,
     EXIT_REFUSED,
@@ -88,6 +89,17 @@ def register(sub: Any) -> None:
     s = sub.add_parser("watch", parents=[JSON, SESSION], help="follow a session's progress")
     s.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     s.add_argument("--once", action="store_true", help="print the status once and exit")
+    s.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="stop following after SECONDS (exit 1; the session goes on)",
+    )
+    s.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="print no progress lines (no worker polling, verify running), only the status",
+    )
     s.set_defaults(func=remote(watch))
 
 
@@ -363,11 +375,15 @@ async def sessions_prune(ctx: Ctx) -> int:
 
 
 async def watch(ctx: Ctx) -> int:
+    import time
     from datetime import datetime
 
     from phasegate.domain.errors import SessionNotActive
 
     a = ctx.args
+    if a.timeout is not None and not a.timeout > 0:
+        raise PhasegateError("must be a number of seconds above 0", where="--timeout")
+    deadline = None if a.timeout is None else time.monotonic() + a.timeout
     pg = await ctx.client()
     # Progress (no worker, verify checks running) goes with the text; with --json,
     # stdout is one status object per line, so progress goes to stderr.
@@ -375,7 +391,14 @@ async def watch(ctx: Ctx) -> int:
     last: dict[str, Any] | None = None
     phase: int | None = None
     while True:
-        lines = await progress_lines(pg, a.session_id, phase)
+        if deadline is not None and time.monotonic() > deadline:
+            printer.close()
+            echo_err(
+                f"watch: stopped after {a.timeout:g} s (--timeout); the session goes on: "
+                f"`phasegate watch {a.session_id}` follows it again"
+            )
+            return EXIT_ERROR
+        lines = [] if a.no_progress else await progress_lines(pg, a.session_id, phase)
         if lines and lines[0].startswith("no worker is polling"):
             printer.show(lines)  # a status query would only wait for a worker
             await asyncio.sleep(max(a.interval, 1.0))
