@@ -7,11 +7,14 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+import pytest
 from orchestration_helpers import HONEST_AGENT, approving_children, start
+from temporalio.client import WorkflowUpdateFailedError
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import SessionNotActive
 from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
+from phasegate.domain.orchestration.messages import ReplanRequest
 from phasegate.testing import ScriptedAgent, unsigned_approver, workspace_for
 from phasegate.workflows import Orchestration
 
@@ -94,6 +97,39 @@ async def test_mcp_developer_waits_for_an_outside_agent_to_complete_the_session(
     assert view.status == "completed", view.failure
     dev = next(o for o in view.outputs if o.agent == "developer")
     assert dev.output["session_id"] == child and dev.output["completed"] is True
+
+
+async def test_a_replan_with_none_left_is_refused_and_the_mcp_developer_works_on(
+    env, settings_for, run_worker, tmp_path
+):
+    """A person's replan with no replans left never marks the run failed while its mcp
+    developer waits (which would strand the step): the request is refused before it
+    reaches history, and the session the outside agent drives still completes the run."""
+    settings = settings_for()
+    work = workspace_for("spec_execution_v1", tmp_path)
+    profile = demo_profile(work, developer=DeveloperProfile(mode="mcp"), max_replans=0)
+    async with run_worker(settings):
+        pg = PhasegateClient(env.client, settings.task_queue)
+        handle = await start(env.client, settings.task_queue, TYPO, profile)
+        child = (await wait_for_child(handle)).child_sessions[0]
+        request = ReplanRequest(reason="rethink it", requested_by="lead")
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(Orchestration.request_replan, request)
+        assert "no replans left (max_replans 0" in str(refused.value.cause)
+        view = await handle.query(Orchestration.state)
+        assert view.status == "running" and not view.failure, view.failure
+        assert [s.status for s in view.developer_sessions] == ["open"]
+        for _ in range(100):  # the session loads its definition first
+            with contextlib.suppress(SessionNotActive):
+                await pg.status(child)
+                break
+            await asyncio.sleep(0.1)
+        walked = await ScriptedAgent(pg, approve=unsigned_approver("lead")).walk(child)
+        view = await asyncio.wait_for(handle.result(), timeout=60)
+        history = await handle.query(Orchestration.history)
+    assert walked.status == "completed"
+    assert view.status == "completed", view.failure
+    assert "replan_requested" not in [h.kind for h in history]
 
 
 async def wait_for_child(handle):

@@ -2,7 +2,12 @@
 
 Run from the repo root after a deliberate, compatible change to workflow code:
 
-    .venv/bin/python tests/histories/record_orchestration.py
+    .venv/bin/python tests/histories/record_orchestration.py                # every scenario
+    .venv/bin/python tests/histories/record_orchestration.py mcp_developer  # only those named
+
+Keep the histories older code recorded (re-record only the scenarios you add): they
+are what guards the ``workflow.patched`` branches. Naming scenarios replaces only
+their files; naming none re-records (and replaces) every file.
 
 It starts its own dev server and an in-process worker (the scripted models are
 ``test:KEY`` models registered in this process), runs a few orchestrations and
@@ -24,7 +29,18 @@ developer's child session) to ``tests/histories/orchestration_runs/`` as
   analyst's first answer does not validate (sent back, answered again), architect,
   developer, and the reviewer asks for a replan; the new plan's developer and
   reviewer (who approves) finish it;
-- ``failed``: the analyst never answers validly and no replan is left: the run fails.
+- ``failed``: the analyst never answers validly and no replan is left: the run fails;
+- ``mcp_developer``: the rules planner on a typo, a developer in ``mode: mcp`` (its
+  prompt rendered before the session starts, patch
+  ``orchestration-mcp-developer-prompt``) whose session the recorder drives as an
+  outside agent would (phase, then submit with passing evidence; a person approves
+  phase 0), then a demo reviewer; ``mcp_developer_child`` is that session;
+- ``planner_unreachable``: an LLM planner on an OpenAI-compatible server (a configured
+  provider) that answers the start-up check and then goes away: its one model request
+  is refused and the run fails at once, code model_unreachable (patch
+  ``orchestration-planner-configuration-fails``), with no replan. The planner's model
+  is the one the worker builds for ``ollama:llama3``, registered as a ``test:`` key so
+  that the replay test (no model providers) can build it in workflow code.
 
 Every plan holds a developer followed by a reviewer (the workflow refuses others);
 the developer is the worker's ``scripted`` coding agent (``developer.agent``).
@@ -36,8 +52,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import socket
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +64,10 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
+from phasegate.activities.model_providers import ModelProviders
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
+from phasegate.domain.errors import PhasegateError
 from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
 from phasegate.domain.orchestration.gates import digest
 from phasegate.domain.orchestration.messages import (
@@ -55,21 +76,28 @@ from phasegate.domain.orchestration.messages import (
     ReplanRequest,
     StartOrchestration,
 )
-from phasegate.domain.settings import Settings
+from phasegate.domain.session.messages import SessionView
+from phasegate.domain.settings import ProviderConfig, Settings
 from phasegate.testing import (
     Approver,
+    ScriptedAgent,
     dev_server,
+    known_good,
     make_settings,
     register_model,
     running_worker,
     signed_approver,
     unsigned_approver,
+    workspace_for,
 )
 from phasegate.workflows import Orchestration
 
 OUT = Path(__file__).resolve().parent / "orchestration_runs"
 # The worker's own scripted coding agent (Settings.developer_commands["scripted"]).
 DEVELOPER = DeveloperProfile(mode="command", agent="scripted", timeout_minutes=2)
+DEV_WORKFLOW = "spec_execution_v1"  # what every developer session runs
+OLLAMA = "ollama:llama3"  # a model of an OpenAI-compatible server (model_providers)
+UNREACHABLE_PLANNER = "rec-planner-ollama"
 RUN_TIMEOUT_S = 150  # a recorded run takes seconds; a stalled one says why
 DEMO = {"analyst": "demo", "architect": "demo", "reviewer": "demo"}
 TYPO = Issue(id="1", title="Fix typo in README: 'recieve' to 'receive'", labels=["docs"])
@@ -253,45 +281,163 @@ def _workdir(root: Path, name: str) -> str:
     return str(work)
 
 
-async def record_unsigned(client: Client, root: Path) -> None:
+@contextlib.asynccontextmanager
+async def unsigned_worker(client: Client, root: Path) -> AsyncIterator[Settings]:
+    """A worker on queue ``record`` whose sessions take approvals by name."""
     settings = make_settings(root / "home", allow_unsigned_approvals=True, task_queue="record")
     with concurrent.futures.ThreadPoolExecutor() as pool:
         async with running_worker(client, settings, executor=pool):
-            profile = Profile(working_dir=_workdir(root, "typo"), models=DEMO, developer=DEVELOPER)
-            view = await run(client, settings, "orch-trivial", TYPO, profile)
-            assert view is not None and view.status == "completed", view
-            await save_chain(client, "trivial_rules", "orch-trivial")
-            await save_chain(client, "trivial_rules_child", view.child_sessions[0])
-
-            models = {**DEMO, "analyst": "test:rec-analyst-complex"}
-            profile = Profile(working_dir=_workdir(root, "bug"), models=models, developer=DEVELOPER)
-            view = await run(client, settings, "orch-replan", BUG, profile)
-            assert view is not None and view.status == "completed", view
-            assert view.plan.replanned_count == 1, view.plan
-            await save_chain(client, "replan", "orch-replan")
-
-            models = {
-                "planner": "test:rec-planner-llm",
-                "analyst": "test:rec-analyst-retry",
-                "architect": "test:rec-architect",
-                "reviewer": "test:rec-reviewer-replan",
-            }
-            profile = Profile(working_dir=_workdir(root, "llm"), models=models, developer=DEVELOPER)
-            view = await run(client, settings, "orch-llm-planner", FEATURE, profile)
-            assert view is not None and view.status == "completed", view
-            assert view.plan.replanned_count == 1 and view.usage.requests >= 6, view
-            done = keys_of(view)
-            assert {"developer_0", "developer_1", "reviewer_1"} <= set(done), done
-            assert len(view.child_sessions) == 2, view.child_sessions
-            await save_chain(client, "llm_planner", "orch-llm-planner")
-
-            models = {**DEMO, "analyst": "test:rec-analyst-invalid"}
-            profile = Profile(working_dir=_workdir(root, "fail"), models=models, max_replans=0)
-            assert await run(client, settings, "orch-failed", BUG, profile) is None
-            await save_chain(client, "failed", "orch-failed")
+            yield settings
 
 
-async def record_signed(client: Client, root: Path) -> None:
+async def record_trivial_rules(client: Client, root: Path) -> None:
+    async with unsigned_worker(client, root) as settings:
+        profile = Profile(working_dir=_workdir(root, "typo"), models=DEMO, developer=DEVELOPER)
+        view = await run(client, settings, "orch-trivial", TYPO, profile)
+        assert view is not None and view.status == "completed", view
+        await save_chain(client, "trivial_rules", "orch-trivial")
+        await save_chain(client, "trivial_rules_child", view.child_sessions[0])
+
+
+async def record_replan(client: Client, root: Path) -> None:
+    async with unsigned_worker(client, root) as settings:
+        models = {**DEMO, "analyst": "test:rec-analyst-complex"}
+        profile = Profile(working_dir=_workdir(root, "bug"), models=models, developer=DEVELOPER)
+        view = await run(client, settings, "orch-replan", BUG, profile)
+        assert view is not None and view.status == "completed", view
+        assert view.plan.replanned_count == 1, view.plan
+        await save_chain(client, "replan", "orch-replan")
+
+
+async def record_llm_planner(client: Client, root: Path) -> None:
+    async with unsigned_worker(client, root) as settings:
+        models = {
+            "planner": "test:rec-planner-llm",
+            "analyst": "test:rec-analyst-retry",
+            "architect": "test:rec-architect",
+            "reviewer": "test:rec-reviewer-replan",
+        }
+        profile = Profile(working_dir=_workdir(root, "llm"), models=models, developer=DEVELOPER)
+        view = await run(client, settings, "orch-llm-planner", FEATURE, profile)
+        assert view is not None and view.status == "completed", view
+        assert view.plan.replanned_count == 1 and view.usage.requests >= 6, view
+        done = keys_of(view)
+        assert {"developer_0", "developer_1", "reviewer_1"} <= set(done), done
+        assert len(view.child_sessions) == 2, view.child_sessions
+        await save_chain(client, "llm_planner", "orch-llm-planner")
+
+
+async def record_failed(client: Client, root: Path) -> None:
+    async with unsigned_worker(client, root) as settings:
+        models = {**DEMO, "analyst": "test:rec-analyst-invalid"}
+        profile = Profile(working_dir=_workdir(root, "fail"), models=models, max_replans=0)
+        assert await run(client, settings, "orch-failed", BUG, profile) is None
+        await save_chain(client, "failed", "orch-failed")
+
+
+async def _person_decides(pg: PhasegateClient, session_id: str, phase: int) -> SessionView:
+    """The outside agent's "approver": it waits while the person (``approving_children``)
+    approves the phase, as a coding agent told to wait for approval does."""
+    while (status := await pg.status(session_id)).status in (
+        "awaiting_approval",
+        "approval_overdue",
+    ):
+        await asyncio.sleep(0.1)
+    return status
+
+
+async def record_mcp_developer(client: Client, root: Path) -> None:
+    async with unsigned_worker(client, root) as settings:
+        pg = PhasegateClient(client, settings.task_queue)
+        # The files the known-good evidence of spec_execution_v1's phases names.
+        work = workspace_for("spec_execution_v1", root / "mcp")
+        (work / "README.md").write_text("We recieve mail.\n")
+        mcp = DeveloperProfile(mode="mcp", timeout_minutes=2)
+        profile = Profile(working_dir=str(work), models=DEMO, developer=mcp)
+        walked: list[SessionView] = []
+
+        async def drive(handle: WorkflowHandle) -> None:
+            """The outside agent: reads the current phase and submits passing evidence
+            until its session completes (the person approves phase 0)."""
+            child = await open_session(handle, pg)
+            agent = ScriptedAgent(pg, known_good(DEV_WORKFLOW), approve=_person_decides)
+            walked.append(await agent.walk(child))
+
+        view = await run(client, settings, "orch-mcp-developer", TYPO, profile, drive)
+        assert view is not None and view.status == "completed", view
+        assert walked and walked[0].status == "completed", walked
+        assert [s.agent for s in view.plan.steps] == ["developer", "reviewer"], view.plan
+        assert view.developer_sessions[0].mode == "mcp", view.developer_sessions
+        await save_chain(client, "mcp_developer", "orch-mcp-developer")
+        await save_chain(client, "mcp_developer_child", view.child_sessions[0])
+
+
+async def open_session(handle: WorkflowHandle, pg: PhasegateClient) -> str:
+    """The developer's session, once it answers (it loads its definition first)."""
+    for _ in range(300):
+        view = await handle.query(Orchestration.state)
+        if view.child_sessions:
+            with contextlib.suppress(PhasegateError):
+                await pg.status(view.child_sessions[0])
+                return view.child_sessions[0]
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"{handle.id}: no developer session answered")
+
+
+@contextlib.contextmanager
+def answers_once() -> Iterator[str]:
+    """An OpenAI-compatible base URL whose server accepts one connection (the run's
+    start-up check), then goes away: every later connection is refused."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(60)
+
+    def once() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            conn.close()
+        listener.close()
+
+    thread = threading.Thread(target=once, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        with contextlib.suppress(OSError):
+            listener.close()
+        thread.join(5)
+
+
+async def record_planner_unreachable(client: Client, root: Path) -> None:
+    """The planner's model is the one the worker builds for ``ollama:llama3`` on a
+    server that went away, registered as ``test:rec-planner-ollama``: a replayer has no
+    model providers, so a history naming ``ollama:`` for an agent that ran could not be
+    built in its workflow code. The reviewer (never reached) names ``ollama:llama3``, so
+    the worker's start-up check connects to that server, which answers it once."""
+    with answers_once() as url:
+        ollama = {"ollama": ProviderConfig(base_url=url)}
+        register_model(UNREACHABLE_PLANNER, ModelProviders(ollama).build(OLLAMA, "planner"))
+        settings = make_settings(
+            root / "home-unreachable", task_queue="record-unreachable", model_providers=ollama
+        )
+        with concurrent.futures.ThreadPoolExecutor() as pool:
+            async with running_worker(client, settings, executor=pool):
+                models = {**DEMO, "planner": f"test:{UNREACHABLE_PLANNER}", "reviewer": OLLAMA}
+                profile = Profile(
+                    working_dir=_workdir(root, "unreachable"), models=models, developer=DEVELOPER
+                )
+                wid = "orch-planner-unreachable"
+                assert await run(client, settings, wid, BUG, profile) is None
+                history = await client.get_workflow_handle(wid).query(Orchestration.history)
+    kinds = [entry.kind for entry in history]
+    assert kinds == ["started", "plan_refused", "failed"], kinds  # at once: no replan
+    assert f"at {url} refused the connection" in history[-1].detail, history[-1]
+    assert "cannot run on this worker" in history[-1].detail, history[-1]
+    await save_chain(client, "planner_unreachable", wid)
+
+
+async def record_gates(client: Client, root: Path) -> None:
     keydir = root / "keys"
     # alice decides the orchestration's gates; the developer session's phase 0 gate
     # (spec_execution_v1) lists only ``lead``, who signs that approval.
@@ -372,17 +518,36 @@ async def record_signed(client: Client, root: Path) -> None:
             await save_chain(client, "gates_child", view.child_sessions[0])
 
 
-async def main() -> None:
+SCENARIOS: dict[str, Callable[[Client, Path], Awaitable[None]]] = {
+    "trivial_rules": record_trivial_rules,
+    "replan": record_replan,
+    "llm_planner": record_llm_planner,
+    "failed": record_failed,
+    "gates": record_gates,
+    "mcp_developer": record_mcp_developer,
+    "planner_unreachable": record_planner_unreachable,
+}
+
+
+def _files_of(name: str) -> list[Path]:
+    """The files scenario ``name`` writes (``name``, ``name_runN``, ``name_child``)."""
+    return [*OUT.glob(f"{name}--*.json"), *OUT.glob(f"{name}_*--*.json")]
+
+
+async def main(only: list[str]) -> None:
+    if unknown := [name for name in only if name not in SCENARIOS]:
+        raise SystemExit(f"unknown scenario(s) {unknown}; scenarios: {', '.join(SCENARIOS)}")
+    names = only or list(SCENARIOS)
     OUT.mkdir(exist_ok=True)
-    for old in OUT.glob("*.json"):
+    for old in OUT.glob("*.json") if not only else [f for n in names for f in _files_of(n)]:
         old.unlink()
     for key, answers in SCRIPTS.items():
         register_model(key, scripted(answers))
     root = Path(tempfile.mkdtemp(prefix="phasegate-record-orch-"))
     async with dev_server() as env:
-        await record_unsigned(env.client, root)
-        await record_signed(env.client, root)
+        for name in names:
+            await SCENARIOS[name](env.client, root)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))
