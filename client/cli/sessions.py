@@ -391,8 +391,8 @@ async def watch(ctx: Ctx) -> int:
     last: dict[str, Any] | None = None
     phase: int | None = None
     while True:
-        if deadline is not None and time.monotonic() > deadline:
-            printer.close()
+        if deadline is not None and last is not None and time.monotonic() > deadline:
+            printer.close()  # (after the status was shown once)
             echo_err(
                 f"watch: stopped after {a.timeout:g} s (--timeout); the session goes on: "
                 f"`phasegate watch {a.session_id}` follows it again"
