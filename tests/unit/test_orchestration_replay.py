@@ -97,10 +97,36 @@ def test_the_recorded_scenarios_are_all_there():
         "llm_planner_run1",
         "llm_planner_run2",
         "failed",
+        "mcp_developer",
+        "mcp_developer_child",
+        "planner_unreachable",
     }
     assert expected <= names, (
         f"missing {expected - names}: run tests/histories/record_orchestration.py"
     )
+
+
+@pytest.mark.parametrize(
+    ("scenario", "patch"),
+    [
+        ("mcp_developer", "orchestration-mcp-developer-prompt"),
+        ("planner_unreachable", "orchestration-planner-configuration-fails"),
+    ],
+)
+def test_the_patched_paths_have_a_recorded_history(scenario: str, patch: str):
+    """Each patched branch is guarded by a history that took it (the patch id is in a
+    marker's payload, base64-encoded)."""
+    import base64
+    import json
+
+    [path] = [p for p in HISTORIES if p.stem.split("--", 1)[0] == scenario]
+    payloads = [
+        base64.b64decode(p["data"]).decode("utf-8", "replace")
+        for e in json.loads(path.read_text())["events"]
+        for d in e.get("markerRecordedEventAttributes", {}).get("details", {}).values()
+        for p in d.get("payloads", [])
+    ]
+    assert any(patch in text for text in payloads), payloads
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem.split("--", 1)[0])
