@@ -583,3 +583,94 @@ async def test_a_session_of_a_refused_folder_does_not_start(session_env, tmp_pat
         "3 problems in the task folder: 1) .task/IMPL-4.1.json: IMPL-4.1: dependencies.depends_on:"
         " depends on IMPL-3.2, which no task file defines"
     )
+
+
+STEPS = {
+    "IMPL-1": {
+        "title": "Flaky probe",
+        "flow_control": {
+            "pre_analysis": [
+                {
+                    "step": "probe",
+                    "action": "Probe",
+                    "command": "bash(false)",
+                    "on_error": "retry_once",
+                }
+            ]
+        },
+    },
+    "IMPL-2": {
+        "title": "Needs a person",
+        "flow_control": {
+            "pre_analysis": [
+                {
+                    "step": "check_access",
+                    "action": "Check access",
+                    "command": "bash(false)",
+                    "on_error": "manual_intervention",
+                }
+            ]
+        },
+    },
+    "IMPL-3": {
+        "title": "Optional probe",
+        "flow_control": {
+            "pre_analysis": [
+                {
+                    "step": "look",
+                    "action": "Look",
+                    "command": "bash(false)",
+                    "on_error": "skip_optional",
+                },
+                {"step": "list", "action": "List", "command": "bash(ls)", "output_to": "files"},
+            ]
+        },
+    },
+}
+
+
+async def test_pre_analysis_failures_do_what_on_error_says(session_env, tmp_path):
+    """retry_once runs the step twice and the task does not start; manual_intervention
+    blocks the task until a person's signed retry_phase; skip_optional goes on."""
+    from phasegate.domain.session.messages import ControlRequest
+
+    pg, _ = session_env
+    _write(tmp_path / ".workflow" / "WFS-steps", STEPS, {"session_id": "WFS-steps"})
+    (tmp_path / "README.md").write_text("steps\n")
+    sid = await pg.start(
+        "workflow_tasks_v1",
+        str(tmp_path),
+        options=SessionOptions(spec_path=".workflow/WFS-steps", task_layout="stages"),
+    )
+    view0 = await pg.phase(sid)
+    assert isinstance(view0, PhaseView)
+    assert "| `false` |" in view0.content  # the steps' commands, approved with phase 0
+    assert (await pg.submit(sid, 0, view0.example_evidence)).awaiting_approval
+    await pg.decide(sid, approver="lead", decision="approve", phase=0)
+    assert (await pg.submit(sid, 1, {"summary": "the plan is the folder's own"})).passed
+
+    flaky = await _update(pg, sid, "start_task", StartTask(agent="ann", task="IMPL-1"))
+    assert not flaky.ok and flaky.task.status == "blocked" and "probe" in flaky.note
+    history = [e async for e in pg.handle(sid).fetch_history_events()]
+    probes = [
+        e
+        for e in history
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and "pre-analysis probe" in e.user_metadata.summary.data.decode()
+    ]
+    assert len(probes) == 2  # retried once
+
+    person = await _update(pg, sid, "start_task", StartTask(agent="ann", task="IMPL-2"))
+    assert not person.ok and person.task.status == "blocked"
+    with pytest.raises(Exception) as refused:
+        await _update(pg, sid, "start_task", StartTask(agent="ann", task="IMPL-2"))
+    assert "retry_phase" in str(refused.value.cause)  # type: ignore[attr-defined]
+    await pg.control(
+        sid, ControlRequest(action="retry_phase", reason="access granted", actor="lead")
+    )
+    board = await _board(pg, sid)
+    assert next(t for t in board.lines if t.id == "IMPL-2").status == "pending"
+
+    optional = await _update(pg, sid, "start_task", StartTask(agent="bob", task="IMPL-3"))
+    assert optional.ok and [s.ok for s in optional.context] == [False, True]
+    assert "README.md" in optional.context[1].output

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
+from phasegate.client._base import transient
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.session.messages import CheckpointSubmission, SessionOptions
 from phasegate.domain.tasks.messages import (
@@ -62,8 +64,8 @@ async def _session(
 
 
 async def _update(handle: WorkflowHandle[Any, Any], name: str, msg: Any) -> TaskResult:
-    """The update, retried (same id) while a continued run loads its carried state, as
-    phasegate's clients do."""
+    """The update, retried (same id) while a continued run loads its carried state or a
+    workflow task is superseded, as phasegate's clients do (``client._base``)."""
     update_id = str(uuid.uuid4())
     for _ in range(50):
         try:
@@ -73,6 +75,10 @@ async def _update(handle: WorkflowHandle[Any, Any], name: str, msg: Any) -> Task
             return result
         except WorkflowUpdateFailedError as exc:
             if "still loading" not in str(exc.cause):
+                raise
+            await asyncio.sleep(0.1)
+        except RPCError as exc:  # a workflow task superseded by continue-as-new
+            if not transient(exc):
                 raise
             await asyncio.sleep(0.1)
     raise AssertionError("the session kept loading")

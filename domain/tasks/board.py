@@ -58,6 +58,10 @@ MAX_SUBTASKS = 50
 """Most subtasks one task is split into."""
 MAX_ADDED = 300
 """Most subtasks agents add to one session (a definition's own tasks come first)."""
+EVIDENCE_BUDGET = 256 * 1024
+"""Completions' evidence a board keeps whole; past it the oldest keep their digest (the
+evidence stays in the history of the update that took it, and in its summary file):
+every query, carry and projection stays small however many tasks complete."""
 MAX_ADDED_BYTES = 200_000
 """Most text (as JSON) the subtasks agents add may hold together: the board must fit
 the carry of a continue-as-new whatever an agent sends."""
@@ -101,6 +105,7 @@ class TaskBoard(BoardReading, BaseModel):
     version: int = Field(0, description="Bumped by every change (the projection follows).")
     complexity: Complexity | None = None
     projection: Projection = Field(default_factory=Projection)
+    evidence_bytes: int = Field(0, description="Completions' evidence kept, as JSON bytes.")
     overflow: list[int] = Field(
         default_factory=list, description="Phases with more tasks than the board holds."
     )
@@ -298,6 +303,9 @@ class TaskBoard(BoardReading, BaseModel):
             )
         task.status, task.completed_at = "completed", now
         task.summary, task.evidence, task.problems = msg.summary, dict(msg.evidence), []
+        self.evidence_bytes += task_bounds.spec_bytes(task.evidence)
+        if self.evidence_bytes > EVIDENCE_BUDGET:  # older completions keep a digest
+            self.evidence_bytes = task_bounds.elide_oldest(self, EVIDENCE_BUDGET // 2)
         self._changed()
         return self._result(msg.task, current_phase, ok=True, criteria=judged, verify=verify)
 

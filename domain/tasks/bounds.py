@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phasegate.domain.tasks.board import TaskBoard
 
-__all__ = ["clip_text", "compact", "drop_raw", "elided_evidence", "spec_bytes"]
+__all__ = ["clip_text", "compact", "drop_raw", "elide_oldest", "elided_evidence", "spec_bytes"]
 
 
 def _size(data: dict[str, Any]) -> int:
@@ -34,17 +34,28 @@ def compact(board: TaskBoard, evidence_budget: int) -> None:
         task.problems = task.problems[:3]
         if task.status == "completed":  # the summary file keeps the whole text
             task.summary = task.summary[:300]
-    sizes = {k: _size(t.evidence) for k, t in board.tasks.items() if t.evidence}
+    board.evidence_bytes = elide_oldest(board, evidence_budget)
+
+
+def elide_oldest(board: TaskBoard, budget: int) -> int:
+    """Completed tasks' evidence replaced by its digest, oldest completion first, until
+    the evidence left fits ``budget`` bytes. Returns the bytes left."""
+    sizes = {
+        k: _size(t.evidence)
+        for k, t in board.tasks.items()
+        if t.evidence and "_elided" not in t.evidence
+    }
     left = sum(sizes.values())
     done = sorted(
         (t for t in board.tasks.values() if t.status == "completed" and t.spec.id in sizes),
         key=lambda t: t.completed_at.isoformat() if t.completed_at else "",
     )
     for task in done:
-        if left <= evidence_budget:
-            return
+        if left <= budget:
+            break
         left -= sizes[task.spec.id]
         task.evidence = elided_evidence(task.evidence)
+    return left
 
 
 def drop_raw(board: TaskBoard) -> None:
