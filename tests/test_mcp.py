@@ -21,6 +21,7 @@ from mcp.types import CallToolResult
 
 from phasegate.client.api import PhasegateClient
 from phasegate.client.mcp import TOOL_NAMES
+from phasegate.domain.session.messages import SessionOptions
 from phasegate.domain.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,7 +129,7 @@ async def test_whole_session_through_mcp(env, settings_for, run_worker, tmp_path
         assert data["status"] == "active" and data["phase"]["phase"] == 0
         assert str(tmp_path) in text and "Read the code" in text and "Write notes" in text
         assert "| `modules_found` | integer | yes | lambda x: x > 0 | How many modules |" in text
-        assert data["phase"]["gate"]["fields"]["summary"]["required"] is True
+        assert "summary" in data["phase"]["gate"]["json_schema"]["required"]
 
         show = {"session_id": sid, "action": "show"}  # a phase's task text (get_task's)
         text, data = await ok("task", {**show, "phase": 0, "task_id": 1})
@@ -344,3 +345,36 @@ def test_bad_port_is_a_usage_error(argv):
     from phasegate.client.mcp import main
 
     assert main(argv) == 2
+
+
+async def test_structured_content_is_what_the_model_should_read(
+    env, settings_for, run_worker, tmp_path
+):
+    """Claude Code hands the model a tool's structuredContent, not its text: it carries
+    the text (the next step, the hints) and little besides. Figures: the flagship's
+    phase 0 as get_current_phase returns it, against the whole phase view."""
+    import shutil
+
+    from phasegate.domain.session.messages import PhaseView
+
+    settings = settings_for(LIBRARY)
+    spec = tmp_path / "spec"
+    shutil.copytree(REPO / "examples" / "specs" / "todo-api", spec)
+    async with run_worker(settings), _stdio(_server_env(_address(env), settings)) as client:
+        pg = PhasegateClient(env.client, settings.task_queue)
+        sid = await pg.start(
+            "spec_execution_v1", str(spec), options=SessionOptions(spec_path=str(spec))
+        )
+        result = await _call(client, "get_current_phase", {"session_id": sid})
+        text = _text(result)
+        data = result.structured_content
+        assert data is not None and data["text"] == text  # hints and next step included
+        assert "submit_checkpoint" in data["text"]
+        sent = len(json.dumps(data))
+        view = await pg.phase(sid)
+        assert isinstance(view, PhaseView)
+        whole = len(json.dumps(view.model_dump(mode="json")))
+        print(f"get_current_phase: text {len(text)} chars, structured {sent} chars "
+              f"(the whole phase view: {whole})")  # fmt: skip
+        assert sent < len(text) + 2500, (sent, len(text))
+        assert "content" not in data["phase"] and data["phase"]["gate"]["json_schema"]

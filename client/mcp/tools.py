@@ -101,8 +101,43 @@ class CurrentPhase(BaseModel):
 
 
 def _ok(text: str, data: BaseModel | dict[str, Any]) -> CallToolResult:
+    """The text, and structured content a model can read as it is: clients such as
+    Claude Code hand the model ``structuredContent`` instead of the text, so it carries
+    the same markdown (``text``: the phase, the next step, the hints) and only the
+    fields a program needs besides; no second copy of phase content, tasks or logs."""
     payload = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
-    return CallToolResult(content=[TextContent(text=text)], structured_content=payload)
+    return CallToolResult(
+        content=[TextContent(text=text)], structured_content={"text": text, **_slim(payload)}
+    )
+
+
+# What the text already says at length: a phase view's content, tasks, earlier
+# evidence and retrieved context; a session's logs. Left out of the structured copy.
+_PHASE_IN_TEXT = frozenset({"content", "tasks", "artifacts", "context", "current_content"})
+_LOGS = frozenset({"attempt_log", "audit", "superseded"})
+
+
+def _slim(value: Any) -> Any:
+    """``value`` without what the text carries: a gate keeps its ``json_schema`` (to
+    build evidence from) without the descriptions its text table shows."""
+    if isinstance(value, list):
+        return [_slim(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    drop = _LOGS | (_PHASE_IN_TEXT if "gate" in value else frozenset())
+    out = {k: _slim(v) for k, v in value.items() if k not in drop}
+    if isinstance(out.get("fields"), dict) and "json_schema" in out:  # a gate view
+        del out["fields"]  # the text's table, and json_schema's properties and required
+        schema = out["json_schema"]
+        if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
+            props = {  # descriptions are the text's table column
+                name: {k: v for k, v in prop.items() if k != "description"}
+                if isinstance(prop, dict)
+                else prop
+                for name, prop in schema["properties"].items()
+            }
+            out["json_schema"] = {**schema, "properties": props}
+    return out
 
 
 def _error(err: PhasegateError) -> CallToolResult:
