@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
@@ -46,6 +46,9 @@ from phasegate.domain.errors import (
 )
 from phasegate.domain.settings import SEARCH_ATTRIBUTES, Settings
 
+if TYPE_CHECKING:
+    from phasegate.client._origin import ServerOrigin
+
 __all__ = [
     "DATA_CONVERTER",
     "METRIC_ADVANCES",
@@ -60,9 +63,11 @@ __all__ = [
     "load_settings",
     "metrics_runtime",
     "phasegate_error",
+    "server_origin",
     "shutdown_tracing",
     "tracing_interceptors",
     "unreachable",
+    "worker_hint",
 ]
 
 DATA_CONVERTER: DataConverter = pydantic_data_converter
@@ -107,93 +112,38 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
     The Temporal address comes from, first to last: ``TEMPORAL_ADDRESS`` (``--address``),
     the address of the Temporal profile (``TEMPORAL_PROFILE`` / config file), the running
-    ``phasegate dev`` or ``phasegate server`` recorded in ``<home>/dev.json`` (its Web UI
-    too), then ``localhost:7233``. A dev file whose process is gone or whose port is
-    closed is ignored with a note on stderr.
+    ``phasegate dev`` or ``phasegate server`` recorded in the nearest ``.phasegate/dev.json``
+    up to the project root (``$PHASEGATE_HOME/dev.json`` when that is set), then
+    ``localhost:7233`` (``client._origin`` says exactly). A dev file whose process is gone
+    or whose port is closed is ignored with a note on stderr. How the address was found is
+    kept (:func:`server_origin`) for errors and hints; the Web UI is the one of that
+    server (``PHASEGATE_UI_URL`` wins), or unknown (``ui_url`` None).
     """
+    from phasegate.client._origin import find_server, remember
+
     env = os.environ if env is None else env
     settings = Settings.from_env(env, default_library=SHIPPED_LIBRARY, pathsep=os.pathsep)
-    if env.get("TEMPORAL_ADDRESS"):
-        return settings
-    profile = _profile_address(env)
-    if profile:
-        return settings.model_copy(update={"temporal_address": profile})
-    dev = _running_dev_server(settings.dev_file)
-    if dev is None:
-        return settings
-    update: dict[str, Any] = {"temporal_address": dev["address"]}
-    ui_url = dev.get("ui_url")
-    if isinstance(ui_url, str) and ui_url and not env.get("PHASEGATE_UI_URL"):
-        # Where the running server's UI is, whatever port PHASEGATE_UI_PORT asked for.
-        update["ui_url"] = ui_url
-        port = ui_url.rstrip("/").rpartition(":")[2]
-        if port.isdigit():
+    origin = find_server(env)
+    remember(origin)
+    update: dict[str, Any] = {"temporal_address": origin.address}
+    if not env.get("PHASEGATE_UI_URL"):
+        update["ui_url"] = origin.ui_url
+        port = (origin.ui_url or "").rstrip("/").rpartition(":")[2]
+        if port.isdigit():  # where the server's UI is, whatever PHASEGATE_UI_PORT asked for
             update["ui_port"] = int(port)
     return settings.model_copy(update=update)
 
 
-def _profile_address(env: Mapping[str, str]) -> str | None:
-    """The address of the Temporal client profile, if one names it (a broken profile is
-    reported by :func:`connect`, not here)."""
-    from temporalio.envconfig import ClientConfigProfile
+def server_origin(settings: Settings) -> ServerOrigin | None:
+    """How this process found the server ``settings`` name (None: settings built by hand)."""
+    from phasegate.client._origin import origin_of
 
-    try:
-        return ClientConfigProfile.load(override_env_vars=dict(env)).address or None
-    except (RuntimeError, ValueError, OSError):
-        return None
-
-
-_NOTED: set[str] = set()
-
-
-def _running_dev_server(path: str) -> dict[str, Any] | None:
-    """``{address, ui_url, pid}`` of ``<home>/dev.json`` when its process lives and its
-    port answers; else None (with a note once per process when the file is stale)."""
-    import json
-    import socket
-    import sys
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        address, pid = data["address"], data["pid"]
-        host, _, port = address.rpartition(":")
-        port_number = int(port)
-        if not isinstance(pid, int):
-            raise TypeError("pid")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        reason = "it is not a dev file phasegate wrote"
-    else:
-        try:
-            os.kill(pid, 0)
-            alive = True
-        except ProcessLookupError:
-            alive = False
-        except OSError:  # another user's process: it exists
-            alive = True
-        if alive:
-            try:
-                with socket.create_connection((host, port_number), timeout=0.5):
-                    return data
-            except OSError:
-                reason = f"nothing answers at {address}"
-        else:
-            reason = f"process {pid} that wrote it has exited"
-    if path not in _NOTED:
-        _NOTED.add(path)
-        print(
-            f"phasegate: note: ignoring {path}: {reason} (start a server with `phasegate dev`, "
-            "or set TEMPORAL_ADDRESS)",
-            file=sys.stderr,
-            flush=True,
-        )
-    return None
+    return origin_of(settings.temporal_address)
 
 
 def unreachable(settings: Settings, detail: str = "") -> TemporalUnreachable:
-    """The one "Temporal unreachable" error every interface raises."""
+    """The one "Temporal unreachable" error every interface raises; it says where the
+    address came from unless that is obvious (typed, or set explicitly)."""
     host = settings.temporal_address
     low = detail.lower()
     if any(m in low for m in _TLS_MARKS):
@@ -204,11 +154,27 @@ def unreachable(settings: Settings, detail: str = "") -> TemporalUnreachable:
             "(docs/sealed-deployment.md); Temporal Cloud needs TEMPORAL_API_KEY",
         )
     known = not detail or any(m in low for m in _UNREACHABLE_MARKS)
+    origin = server_origin(settings)
+    told = origin is not None and origin.source in ("dev.json", "default")
     return TemporalUnreachable(
-        f"cannot reach Temporal at {host}" + ("" if known else f": {detail}"),
-        hint="start one with `phasegate server`, or point TEMPORAL_ADDRESS (or --address) "
+        f"cannot reach Temporal at {host}"
+        + (f" ({origin.how})" if told and origin is not None else "")
+        + ("" if known else f": {detail}"),
+        hint=origin.start_hint()
+        if origin is not None
+        else "start one with `phasegate server`, or point TEMPORAL_ADDRESS (or --address) "
         "at your cluster",
     )
+
+
+def worker_hint(settings: Settings) -> str:
+    """How to get a worker on the settings' task queue, naming the command the person runs
+    (``phasegate dev`` when its dev.json found the server)."""
+    origin = server_origin(settings)
+    if origin is None:
+        queue = settings.task_queue
+        return f"check that a worker is running (`phasegate worker`) on task queue {queue!r}"
+    return origin.worker_hint(settings.task_queue)
 
 
 async def connect(settings: Settings | None = None, **client_options: Any) -> Client:
@@ -278,17 +244,19 @@ def phasegate_error(exc: BaseException, settings: Settings | None = None) -> Pha
             err = cls(cause.message)
         if cls is PhasegateError:
             err.code = cause.type or "phasegate_error"  # keep the workflow's code
-        return err
+        from phasegate.client._origin import the_workers_library
+
+        return the_workers_library(err)  # a library the worker searched, not this shell's
     if isinstance(exc, RPCError):
         if exc.status == RPCStatusCode.NOT_FOUND:
             return SessionNotFound(str(exc.message), hint="check the id with `phasegate list`")
         if exc.status == RPCStatusCode.UNAVAILABLE:
             return unreachable(settings or load_settings(), exc.message)
         if exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
+            ready = worker_hint(settings or load_settings())
             return SessionError(
                 "Temporal did not answer in time",
-                hint="check that a worker is running (`phasegate worker`); under heavy load, "
-                "try again in a moment",
+                hint=f"{ready}; under heavy load, try again in a moment",
             )
     text = str(exc) or type(exc).__name__
     if any(mark in text.lower() for mark in _BUSY_MARKS):

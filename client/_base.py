@@ -82,10 +82,23 @@ class BaseClient:
         or absent worker, or one whose workflow task fails."""
         return SessionError(
             f"{what} did not answer in time" + (f" ({tries} tries)" if tries > 1 else ""),
-            hint="check that a worker is running (`phasegate worker`) on task queue "
-            f"{self.task_queue!r}; under heavy load, try again in a moment; if it keeps "
-            "failing, the worker's log says why its workflow task fails",
+            hint=f"{self.worker_hint()}; under heavy load, try again in a moment; if it "
+            "keeps failing, the worker's log says why its workflow task fails",
         )
+
+    def worker_hint(self) -> str:
+        """How to get a worker on this client's task queue, in the words of the command
+        that runs the server (``phasegate dev`` when its dev.json found it)."""
+        from phasegate.client._origin import origin_of
+
+        config = getattr(getattr(self.temporal, "service_client", None), "config", None)
+        origin = origin_of(str(getattr(config, "target_host", "")))
+        if origin is None:
+            return (
+                "check that a worker is running (`phasegate dev`, or `phasegate worker` beside "
+                f"your server) on task queue {self.task_queue!r}"
+            )
+        return origin.worker_hint(self.task_queue)
 
 
 def timed_out(exc: BaseException) -> bool:

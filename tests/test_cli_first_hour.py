@@ -320,3 +320,33 @@ async def test_status_shows_audit_trail_and_abandon_reason(online_cli, run_worke
     assert all(" phase 0 " in line for line in trail[1:])
     assert not re.search(r"\b(None|True|False)\b", r.out), r.out
     assert "1/3" not in r.out
+
+
+def _library_with(folder: Path, workflow_type: str) -> Path:
+    """A library folder holding ``workflow_type`` (mini_v1 under another name)."""
+    import shutil
+
+    shutil.copytree(FIXTURES / "library" / "mini_v1", folder / workflow_type)
+    meta = json.loads((folder / workflow_type / "metadata.json").read_text())
+    meta["workflow_type"] = workflow_type
+    (folder / workflow_type / "metadata.json").write_text(json.dumps(meta))
+    return folder
+
+
+async def test_workflow_not_found_says_whose_library(online_cli, offline, run_worker, tmp_path):
+    """Issue 19: "workflow 'x' not found … add a library folder with PHASEGATE_LIBRARY"
+    while that variable was set (it was another worker's library). The error says which
+    library was searched, this shell's (start's own check) or the worker's, and what to do."""
+    cli, settings, _ = online_cli
+    shell_lib = _library_with(tmp_path / "shell-lib", "only_here_v1")
+    # This shell has the workflow, the worker does not: the worker's library answers.
+    async with run_worker(settings):
+        r = await cli("start", "only_here_v1", str(tmp_path), PHASEGATE_LIBRARY=str(shell_lib))
+    _one_line_error(r, "workflow 'only_here_v1' not found in the worker's library (")
+    assert str(FIXTURES / "library") in r.err and str(shell_lib) not in r.err.split("(hint")[0]
+    assert "the worker reads PHASEGATE_LIBRARY where it starts: set it there and restart" in r.err
+    assert f"(this shell's PHASEGATE_LIBRARY={shell_lib} does not reach it)" in r.err, r.err
+    # This shell's library lacks it: start's own check says it searched this shell's.
+    r = await offline("start", "mini_v1", str(tmp_path))  # no PHASEGATE_LIBRARY here
+    _one_line_error(r, "WORKFLOW_TYPE: workflow 'mini_v1' not found in this shell's library (")
+    assert "PHASEGATE_LIBRARY is not set" in r.err and "--no-check" in r.err, r.err

@@ -39,7 +39,9 @@ __all__ = [
     "echo",
     "echo_err",
     "remote",
+    "say_server",
     "signer",
+    "web_ui_hint",
 ]
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE_FAILED, EXIT_REFUSED = 0, 1, 2, 3
@@ -123,16 +125,55 @@ class Ctx:
     def __init__(self, args: argparse.Namespace, settings: Settings) -> None:
         self.args = args
         self.settings = settings
+        if getattr(args, "address", None):  # typed on the command line: obvious
+            from dataclasses import replace
+
+            from phasegate.client._origin import FLAG, ServerOrigin, origin_of, remember
+
+            address = settings.temporal_address
+            found = origin_of(address) or ServerOrigin(address=address, source=FLAG)
+            remember(replace(found, source=FLAG, note=None))
 
     async def client(self) -> PhasegateClient:
+        """A connected client; says on stderr which server it is when that is not the
+        obvious one (a parent folder's or another project's ``phasegate dev``)."""
         from phasegate.client.api import PhasegateClient
         from phasegate.temporal import connect
 
         temporal = await connect(self.settings)  # raises TemporalUnreachable with the fix
+        say_server(self.settings)
         return PhasegateClient(temporal, self.settings.task_queue)
+
+    def web_ui(self, workflow_id: str) -> str | None:
+        """The workflow's page in the Web UI of the server used, or None when that UI is
+        unknown (:func:`web_ui_hint` says what to set)."""
+        if not self.settings.ui_url:
+            return None
+        base = self.settings.ui_url.rstrip("/")
+        return f"{base}/namespaces/{self.settings.namespace}/workflows/{workflow_id}"
 
     def emit(self, model: Any, text: str) -> None:
         echo(to_json(model) if self.args.json else text)
+
+
+def web_ui_hint(settings: Settings) -> str:
+    """What to do when the server's Web UI is unknown (no link is shown)."""
+    return f"unknown for {settings.temporal_address}: set PHASEGATE_UI_URL to link it"
+
+
+_SAID: set[str] = set()
+
+
+def say_server(settings: Settings, *, always: bool = False, prefix: str = "phasegate") -> None:
+    """One line on stderr naming the server and how it was found, when that is not the
+    obvious one (or ``always``), once per process."""
+    from phasegate.temporal import server_origin
+
+    origin = server_origin(settings)
+    if origin is None or origin.address in _SAID or (origin.obvious and not always):
+        return
+    _SAID.add(origin.address)
+    echo_err(f"{prefix}: {origin.header()}")
 
 
 def remote(handler: Callable[[Ctx], Coroutine[Any, Any, int]]) -> Callable[..., int]:
@@ -153,5 +194,26 @@ def remote(handler: Callable[[Ctx], Coroutine[Any, Any, int]]) -> Callable[..., 
             from phasegate.temporal import phasegate_error
 
             raise phasegate_error(exc, settings) from None
+        except PhasegateError as exc:
+            raise _this_shells_library(exc, settings) from None
 
     return run
+
+
+def _this_shells_library(err: PhasegateError, settings: Settings) -> PhasegateError:
+    """``phasegate start``'s own check of WORKFLOW_TYPE searched this shell's library, not
+    the worker's: say so (a worker's "not found" says it searched the worker's)."""
+    if not (err.where or "").startswith("WORKFLOW_TYPE") or " not found in " not in err.message:
+        return err
+    head, _, folders = err.message.partition(" not found in ")
+    err.message = f"{head} not found in this shell's library ({folders})"
+    shell = os.environ.get("PHASEGATE_LIBRARY")
+    setting = f"PHASEGATE_LIBRARY={shell}" if shell else "PHASEGATE_LIBRARY is not set"
+    tail = (
+        f"`phasegate start` checks this shell's library first ({setting}); the worker "
+        "searches its own: set PHASEGATE_LIBRARY here to the folder holding the workflow, "
+        "or pass --no-check when only the worker has it"
+    )
+    hint = (err.hint or "").replace("; add a library folder with PHASEGATE_LIBRARY", "")
+    err.hint = f"{hint}; {tail}" if hint else tail
+    return err

@@ -1,7 +1,9 @@
-"""``phasegate dev | server | worker | mcp``: the long-running processes.
+"""``phasegate dev | server | worker | mcp | which``: the long-running processes, and
+which server the other commands reach.
 
 ``phasegate worker`` runs the phasegate worker against a Temporal server,
-``phasegate mcp`` the MCP server for coding agents (``client.mcp``). ``phasegate
+``phasegate mcp`` the MCP server for coding agents (``client.mcp``), ``phasegate which``
+says which server commands run here reach and how it was found. ``phasegate
 dev`` runs the embedded Temporal dev server and a worker in one process and one
 terminal; ``phasegate server`` runs the dev server alone (workers elsewhere). Both:
 
@@ -9,9 +11,10 @@ terminal; ``phasegate server`` runs the dev server alone (workers elsewhere). Bo
   ports, and print them; ``--port``/``--ui-port`` insist on a port;
 - lock the SQLite file (``<db>.lock``, held by the server process): a second
   server on the same file is refused with the running one's address;
-- record ``{address, ui_url, pid}`` in ``<home>/dev.json``, where
-  ``phasegate.temporal.load_settings`` finds it, so the CLI and ``phasegate mcp``
-  need no ``TEMPORAL_ADDRESS``; the file goes when the server stops;
+- record ``{address, ui_url, pid, command, task_queue}`` in ``<home>/dev.json``, where
+  ``phasegate.temporal.load_settings`` finds it from this folder and its subfolders (the
+  nearest ``.phasegate/dev.json`` up to the project root, ``client._origin``), so the CLI
+  and ``phasegate mcp`` need no ``TEMPORAL_ADDRESS``; the file goes when the server stops;
 - keep the server's log in ``<home>/temporal.log`` (``--log-level error``: a clean
   stop prints no WARN lines) and echo only its error lines;
 - stop on the first Ctrl-C or SIGTERM: the worker drains, then the server stops.
@@ -36,7 +39,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phasegate.client.cli._common import EXIT_ERROR, EXIT_OK, approver_key, echo, echo_err
+from phasegate.client.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    JSON,
+    Ctx,
+    approver_key,
+    echo,
+    echo_err,
+    say_server,
+    web_ui_hint,
+)
 from phasegate.client.cli._render import TerminalSafeFormatter
 
 if TYPE_CHECKING:
@@ -49,7 +62,7 @@ WALKTHROUGH_SPEC = "examples/specs/todo-api"
 
 
 def register(sub: Any) -> None:
-    """Add ``dev``, ``server``, ``worker`` and ``mcp`` to ``sub`` (the ``phasegate`` subparsers)."""
+    """Add ``dev``, ``server``, ``worker``, ``which`` and ``mcp`` to ``sub``."""
     s = sub.add_parser("dev", help="Temporal dev server + worker in one terminal (Ctrl-C stops)")
     _server_options(s)
     s.add_argument(
@@ -92,6 +105,17 @@ def register(sub: Any) -> None:
         help="run only the sessions; verify checks need a `--verify-only` worker elsewhere",
     )
     s.set_defaults(func=worker)
+    s = sub.add_parser(
+        "which",
+        parents=[JSON],
+        help="which Temporal server commands run here use, how it was found, and its worker",
+        description="The Temporal server commands run in this folder talk to, how it was "
+        "found (--address, TEMPORAL_ADDRESS, the Temporal profile, the nearest "
+        ".phasegate/dev.json up to the project root, or the default localhost:7233), whether "
+        "it answers, whether a worker polls the task queue, and its Web UI. Exit 1 when "
+        "nothing answers.",
+    )
+    s.set_defaults(func=which, temporal=True)
     s = sub.add_parser("mcp", help="run the MCP server for coding agents (stdio by default)")
     s.add_argument(
         "--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT"
@@ -145,6 +169,7 @@ def worker(args: argparse.Namespace, settings: Settings) -> int:
     settings = settings.model_copy(update={k: v for k, v in updates.items() if v is not None})
     args.temporal = True
     main, verify = not args.verify_only, not args.no_verify
+    say_server(settings, always=True, prefix="phasegate worker")
     # an unreachable server raises TemporalUnreachable
     asyncio.run(run_worker(settings, main=main, verify=verify, metrics_host=args.metrics_host))
     return EXIT_OK
@@ -157,6 +182,89 @@ def mcp(args: argparse.Namespace, settings: Settings) -> int:
 
     args.temporal = True
     return main(["--http", str(args.http)] if args.http else [])
+
+
+def which(args: argparse.Namespace, settings: Settings) -> int:
+    """``phasegate which``: the server, how it was found, whether it answers, its worker."""
+    from phasegate.domain.errors import PhasegateError
+    from phasegate.temporal import server_origin
+
+    ctx = Ctx(args, settings)  # records a typed --address as such
+    origin = server_origin(settings)
+    report: dict[str, Any] = {
+        "address": settings.temporal_address,
+        "namespace": settings.namespace,
+        "found": origin.source if origin else None,
+        "how": origin.how if origin else None,
+        "dev_file": origin.dev_file if origin else None,
+        "command": origin.command if origin else None,
+        "note": origin.note if origin and origin.source != "default" else None,
+        "task_queue": settings.task_queue,
+        "ui_url": settings.ui_url,
+        "library": settings.library_paths,
+    }
+    try:
+        report["workers"] = asyncio.run(_workers(ctx))
+        report["error"] = None
+    except PhasegateError as exc:
+        report["workers"], report["error"] = None, str(exc)
+        report["hint"] = exc.hint
+    if args.json:
+        echo(json.dumps(report, indent=2))
+    else:
+        echo("\n".join(_which_rows(report, settings, origin)))
+    return EXIT_OK if report["error"] is None else EXIT_ERROR
+
+
+async def _workers(ctx: Ctx) -> int:
+    """Workers seen polling the settings' task queue in the last 90 s."""
+    from datetime import timedelta
+
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from temporalio.service import RPCError
+
+    from phasegate.temporal import connect, phasegate_error
+
+    client = await connect(ctx.settings)  # the report names the server: no stderr line
+    try:
+        resp = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=ctx.settings.namespace,
+                task_queue=TaskQueue(name=ctx.settings.task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+    except RPCError as exc:
+        raise phasegate_error(exc, ctx.settings) from None
+    now = datetime.now(UTC)
+    return sum(
+        now - p.last_access_time.ToDatetime(tzinfo=UTC) < timedelta(seconds=90)
+        for p in resp.pollers
+    )
+
+
+def _which_rows(report: dict[str, Any], settings: Settings, origin: Any) -> list[str]:
+    how = f" ({report['how']})" if report["how"] else ""
+    if report["command"] and report["found"] == "dev.json":
+        how = how[:-1] + f", `{report['command']}`)"
+    rows = [("Temporal", f"{report['address']}{how}")]
+    if report["error"] is not None:
+        rows.append(("answers", f"no; {report.pop('hint', None) or report['error']}"))
+    else:
+        queue, workers = report["task_queue"], report["workers"]
+        polling = f"{workers} worker{'s' if workers != 1 else ''} polling"
+        if not workers and origin is not None:
+            polling += f"; {origin.worker_hint(queue)}"
+        rows.append(("worker", f"task queue {queue!r}: {polling}"))
+    rows.append(("Web UI", report["ui_url"] or web_ui_hint(settings)))
+    rows.append(
+        ("library", ", ".join(report["library"]) + " (this shell's; the worker has its own)")
+    )
+    if report["note"]:
+        rows.append(("note", report["note"]))
+    return [f"  {label:9} {value}" for label, value in rows]
 
 
 def dev(args: argparse.Namespace, settings: Settings) -> int:
@@ -319,7 +427,10 @@ def _announce(settings: Settings, srv: DevServer, db: str, queues: list[str] | N
         rows.append(("approvals", _approvals(settings)))
     home = settings.home
     where = "in this folder" if not Path(home).is_absolute() else f"with PHASEGATE_HOME={home}"
-    rows.append(("found by", f"phasegate commands run {where} ({_show(settings.dev_file)})"))
+    found_by = f"phasegate commands run {where}"
+    if not Path(home).is_absolute():
+        found_by += " or its subfolders"
+    rows.append(("found by", f"{found_by} ({_show(settings.dev_file)}; `phasegate which`)"))
     for label, value in rows:
         echo(f"  {label:10} {value}")
     if os.environ.get("TEMPORAL_ADDRESS") not in (None, "", srv.address):

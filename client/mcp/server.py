@@ -117,7 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.http is not None and not 0 < args.http < 65536:
         print(f"phasegate mcp: --http needs a port in 1-65535, got {args.http}", file=sys.stderr)
         return 2
-    code = _serve(build_server(), args.http)
+    from phasegate.temporal import load_settings, server_origin
+
+    settings = load_settings()
+    origin = server_origin(settings)
+    if origin is not None:  # the client's log shows which server the tools will use
+        print(f"phasegate mcp: {origin.header()}", file=sys.stderr, flush=True)
+    code = _serve(build_server(settings), args.http)
     if argv is None:
         logging.shutdown()
         sys.stdout.flush()
