@@ -244,9 +244,9 @@ def phasegate_error(exc: BaseException, settings: Settings | None = None) -> Pha
             err = cls(cause.message)
         if cls is PhasegateError:
             err.code = cause.type or "phasegate_error"  # keep the workflow's code
-        from phasegate.client._origin import the_workers_library
+        from phasegate.client._origin import in_the_users_words
 
-        return the_workers_library(err)  # a library the worker searched, not this shell's
+        return in_the_users_words(err)  # the worker's library; `phasegate dev` if it runs
     if isinstance(exc, RPCError):
         if exc.status == RPCStatusCode.NOT_FOUND:
             return SessionNotFound(str(exc.message), hint="check the id with `phasegate list`")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 from collections.abc import Mapping
@@ -53,6 +54,7 @@ __all__ = [
     "ServerOrigin",
     "dev_file_for",
     "find_server",
+    "in_the_users_words",
     "origin_of",
     "read_dev_file",
     "remember",
@@ -192,6 +194,23 @@ def remember(origin: ServerOrigin) -> None:
 def origin_of(address: str) -> ServerOrigin | None:
     """How this process found ``address`` (None: settings built by hand, not found)."""
     return _FOUND.get(address)
+
+
+def in_the_users_words(err: PhasegateError) -> PhasegateError:
+    """An error the worker raised, in the words of the person who reads it: the library
+    it searched was the worker's (:func:`the_workers_library`), and where ``phasegate
+    dev`` runs the worker (its dev.json found the server), hints name ``phasegate dev``
+    where the worker wrote ``phasegate worker`` (it cannot know how it was started)."""
+    err = the_workers_library(err)
+    origin = next(reversed(_FOUND.values()), None)
+    if origin is not None and origin.dev_file and origin.command == "phasegate dev":
+        err.message = _DEV_WORDS.sub("phasegate dev", err.message)
+        err.hint = _DEV_WORDS.sub("phasegate dev", err.hint) if err.hint else err.hint
+    return err
+
+
+# `phasegate worker` alone (its flags, e.g. --verify-only, are not `phasegate dev`'s)
+_DEV_WORDS = re.compile(r"phasegate worker(?! --)")
 
 
 def the_workers_library(err: PhasegateError) -> PhasegateError:

@@ -168,7 +168,7 @@ def test_each_folder_reaches_its_projects_server_and_says_so(projects, tmp_path)
 
 
 @pytest.mark.timeout(300)
-def test_web_ui_links_follow_the_server_used(projects, tmp_path):
+def test_web_ui_links_and_hints_follow_the_server_used(projects, tmp_path):
     a, _, env = projects
     args = ("start", "spec_execution_v1", str(SPEC), "--spec", str(SPEC), "--json", "--no-wait")
     # TEMPORAL_ADDRESS naming the project's running server (what `phasegate dev` prints
@@ -184,6 +184,12 @@ def test_web_ui_links_follow_the_server_used(projects, tmp_path):
         assert link.startswith(f"{a.ui}/namespaces/default/workflows/"), (extra, link)
     linked = _cli(tmp_path / "a", {**env, "PHASEGATE_UI_URL": "https://ui.example/"}, *args)
     assert json.loads(linked.stdout)["ui_url"].startswith("https://ui.example/namespaces/")
+
+    # The worker's refusal (no approver keys) names the command this person runs.
+    refused = _cli(tmp_path / "a" / "sub", env, *args[:-2])  # waits for the worker's answer
+    assert refused.returncode == 1 and "nobody could approve" in refused.stderr, refused.stderr
+    assert '"$(phasegate keys export NAME)" phasegate dev' in refused.stderr, refused.stderr
+    assert "phasegate worker" not in refused.stderr
 
 
 # ---------------------------------------------------------------- in one process
