@@ -41,6 +41,7 @@ __all__ = [
     "remote",
     "say_server",
     "signer",
+    "typed_address",
     "web_ui_hint",
 ]
 
@@ -125,14 +126,7 @@ class Ctx:
     def __init__(self, args: argparse.Namespace, settings: Settings) -> None:
         self.args = args
         self.settings = settings
-        if getattr(args, "address", None):  # typed on the command line: obvious
-            from dataclasses import replace
-
-            from phasegate.client._origin import FLAG, ServerOrigin, origin_of, remember
-
-            address = settings.temporal_address
-            found = origin_of(address) or ServerOrigin(address=address, source=FLAG)
-            remember(replace(found, source=FLAG, note=None))
+        typed_address(args, settings)
 
     async def client(self) -> PhasegateClient:
         """A connected client; says on stderr which server it is when that is not the
@@ -154,6 +148,20 @@ class Ctx:
 
     def emit(self, model: Any, text: str) -> None:
         echo(to_json(model) if self.args.json else text)
+
+
+def typed_address(args: argparse.Namespace, settings: Settings) -> None:
+    """Record that ``--address`` named the server (``main`` passes it on as
+    ``TEMPORAL_ADDRESS``): errors and ``phasegate which`` then say so."""
+    if not getattr(args, "address", None):
+        return
+    from dataclasses import replace
+
+    from phasegate.client._origin import FLAG, ServerOrigin, origin_of, remember
+
+    address = settings.temporal_address
+    found = origin_of(address) or ServerOrigin(address=address, source=FLAG)
+    remember(replace(found, source=FLAG, note=None))
 
 
 def web_ui_hint(settings: Settings) -> str:

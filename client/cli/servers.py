@@ -48,6 +48,7 @@ from phasegate.client.cli._common import (
     echo,
     echo_err,
     say_server,
+    typed_address,
     web_ui_hint,
 )
 from phasegate.client.cli._render import TerminalSafeFormatter
@@ -169,6 +170,7 @@ def worker(args: argparse.Namespace, settings: Settings) -> int:
     settings = settings.model_copy(update={k: v for k, v in updates.items() if v is not None})
     args.temporal = True
     main, verify = not args.verify_only, not args.no_verify
+    typed_address(args, settings)
     say_server(settings, always=True, prefix="phasegate worker")
     # an unreachable server raises TemporalUnreachable
     asyncio.run(run_worker(settings, main=main, verify=verify, metrics_host=args.metrics_host))
@@ -189,7 +191,7 @@ def which(args: argparse.Namespace, settings: Settings) -> int:
     from phasegate.domain.errors import PhasegateError
     from phasegate.temporal import server_origin
 
-    ctx = Ctx(args, settings)  # records a typed --address as such
+    ctx = Ctx(args, settings)  # records a typed --address as such (typed_address)
     origin = server_origin(settings)
     report: dict[str, Any] = {
         "address": settings.temporal_address,
