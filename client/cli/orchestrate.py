@@ -43,6 +43,7 @@ from phasegate.client.cli._common import (
     echo_err,
     remote,
     signer,
+    web_ui_hint,
 )
 from phasegate.client.cli._orchestrate_render import (
     entry_line,
@@ -53,7 +54,7 @@ from phasegate.client.cli._orchestrate_render import (
     usage_line,
 )
 from phasegate.client.cli._progress import printer_for, wait_with_progress
-from phasegate.client.cli._render import one_line, table, terminal_safe, to_json, ui_url
+from phasegate.client.cli._render import one_line, table, terminal_safe, to_json
 from phasegate.domain.errors import PhasegateError, SessionError
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ async def run(ctx: Ctx) -> int:
     oid = await starting
     a.started_id = oid
     out = sys.stderr if a.json else sys.stdout
-    url = ui_url(ctx.settings.web_ui_url, ctx.settings.namespace, oid)
+    url = ctx.web_ui(oid) or web_ui_hint(ctx.settings)
     shipped = source.parent == PROFILES_DIR
     where = f"shipped library/profiles/{source.name}" if shipped else str(source)
     print(

@@ -25,6 +25,7 @@ from phasegate.client.cli._common import (
     echo,
     echo_err,
     remote,
+    web_ui_hint,
 )
 from phasegate.client.cli._evidence import key_value, read_evidence
 from phasegate.client.cli._progress import (
@@ -41,7 +42,6 @@ from phasegate.client.cli._render import (
     render_status,
     render_violation,
     to_json,
-    ui_url,
 )
 from phasegate.domain.errors import PhasegateError
 
@@ -238,7 +238,7 @@ async def start(ctx: Ctx) -> int:
     if not a.no_wait:  # says so when no worker polls, instead of a silent minute
         printer = printer_for(True)
         view = await wait_with_progress(pg, sid, pg.wait_started(sid), printer=printer)
-    url = ui_url(ctx.settings.web_ui_url, ctx.settings.namespace, sid)
+    url = ctx.web_ui(sid)  # the UI of the server used; None when unknown
     if a.json:
         data: dict[str, Any] = {"session_id": sid, "status": view.status if view else "starting"}
         if view:
@@ -259,7 +259,7 @@ async def start(ctx: Ctx) -> int:
         lines.append(f"next: phasegate phase {sid}")
     else:
         lines.append(f"starting (check with: phasegate status {sid})")
-    lines.append(f"web UI: {url}")
+    lines.append(f"web UI: {url or web_ui_hint(ctx.settings)}")
     echo("\n".join(lines))
     return EXIT_OK
 
