@@ -155,7 +155,7 @@ class PhasegateClient(TaskMethods, BaseClient):
             if asyncio.get_running_loop().time() > deadline:
                 raise SessionError(
                     f"session {session_id} did not start within {timeout:.0f}s",
-                    hint="is a phasegate worker running? (phasegate worker)",
+                    hint=self.worker_hint(),
                 )
             await asyncio.sleep(0.05)
 

@@ -16,8 +16,9 @@ Read commands print compact text by default and the message model's JSON with
 2     ``submit``: the gate refused the evidence (problems printed);
       ``task done``: a criterion failed (the task stays active);
       ``task next``/``start``: a pre-analysis step failed (the task is blocked)
-3     ``phase``/``task show --phase``: the phase is in the future (refused);
-      ``orchestrate --no-wait``: the orchestration waits for a person
+3     refused: ``phase``/``task show --phase``/``submit`` of a phase not reached;
+      ``orchestrate --no-wait``: the run waits on a person or a coding agent;
+      ``graph run``/``answer``: the run waits for an answer
 ====  ==========================================================
 
 Global options (before the subcommand) override the environment:
