@@ -69,6 +69,7 @@ from phasegate.domain.tasks.projection import (
     SESSION_FILE,
     TODO_FILE,
     check_folder,
+    corrupt,
     digest,
     is_view_path,
     render_files,
@@ -435,7 +436,7 @@ def _write_one(
     if current is None:
         if known:
             out.rebuilt.append(rel)
-    elif isinstance(current, _Unreadable) or _corrupt(rel, current):
+    elif isinstance(current, _Unreadable) or corrupt(rel, current):
         out.rebuilt.append(rel)
     else:
         found = digest(current)
@@ -447,17 +448,6 @@ def _write_one(
                 _keep_original(folders, rel, current)
     here.write(name, data)
     return True
-
-
-def _corrupt(rel: str, data: bytes) -> bool:
-    """Not UTF-8 text, or (a ``.json`` file) not JSON."""
-    try:
-        text = data.decode("utf-8")
-        if rel.endswith(".json"):
-            json.loads(text)
-    except ValueError:
-        return True
-    return False
 
 
 def _keep_original(folders: _Folders, rel: str, data: bytes) -> None:

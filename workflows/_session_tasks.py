@@ -23,9 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from phasegate.activities._verify_local import LocalChecks
     from phasegate.activities.task_files import TaskFileActivities
-    from phasegate.activities.verify import VerifyActivities
     from phasegate.domain.errors import SessionError, VerifyInvalid
     from phasegate.domain.session import tasking
     from phasegate.domain.session.state import SessionState
@@ -42,15 +40,15 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
     )
     from phasegate.domain.verify import CommandCheck, VerifyCheck, VerifyRequest, VerifyResult
-    from phasegate.domain.verify_contain import checked_report
     from phasegate.temporal import application_error
+    from phasegate.workflows._checks import run_checks
 
 __all__ = ["TaskDesk"]
 
 _RETRY = RetryPolicy(maximum_attempts=2, non_retryable_error_types=[VerifyInvalid.code])
 _PROJECT_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30))
 _STEP_TIMEOUT_SECONDS = 300.0
-_SLACK = timedelta(seconds=60)
+
 FLUSH_TIMEOUT = timedelta(minutes=2)
 
 
@@ -156,34 +154,9 @@ class TaskDesk:
             session_id=workflow.info().workflow_id,
             target=state.target,
         )
-        timeout = timedelta(seconds=sum(c.budget_seconds() for c in checks)) + _SLACK
-        reads = all(not isinstance(c, CommandCheck) for c in checks)
-        try:
-            report = None
-            if reads and self._host._checks_here:
-                report = await workflow.execute_local_activity_method(
-                    LocalChecks.run_checks_here,
-                    request,
-                    start_to_close_timeout=timeout,
-                    retry_policy=_RETRY,
-                    summary=summary,
-                )
-                self._host._checks_here = report is not None
-            if report is None:
-                report = await workflow.execute_activity_method(
-                    VerifyActivities.run_verify_checks,
-                    request,
-                    task_queue=verify_task_queue(workflow.info().task_queue),
-                    start_to_close_timeout=timeout,
-                    heartbeat_timeout=timedelta(seconds=10),
-                    retry_policy=_RETRY,
-                    summary=summary,
-                )
-        except ActivityError as exc:
-            return state.verify_unavailable(_cause(exc))
-        results = checked_report(checks, report.results)
-        if results is None:
-            return state.verify_unavailable("the verify report does not answer the checks")
+        results, self._host._checks_here = await run_checks(
+            request, here=self._host._checks_here, retry=_RETRY, summary=summary
+        )
         return results
 
     async def _pre_analysis(

@@ -21,14 +21,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from phasegate.activities._verify_local import LocalChecks
     from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
     from phasegate.activities.step_handlers import (
         StepHandlerActivities,
         render_actions,
         renders_inline,
     )
-    from phasegate.activities.verify import VerifyActivities
     from phasegate.domain.errors import GraphFailed, GraphInvalid, SessionError, SessionNotActive
     from phasegate.domain.graph.activities import (
         FunctionRequest,
@@ -55,18 +53,13 @@ with workflow.unsafe.imports_passed_through():
         RunHandler,
     )
     from phasegate.domain.graph.views import details_markdown
-    from phasegate.domain.session.checking import verify_unavailable
     from phasegate.domain.session.messages import SessionOptions, SessionSummary, StartSession
-    from phasegate.domain.settings import verify_task_queue
     from phasegate.domain.verify import (
-        VerifyReport,
         VerifyRequest,
         VerifyResult,
-        budget_seconds,
-        reads_only,
     )
-    from phasegate.domain.verify_contain import checked_report
     from phasegate.temporal import application_error
+    from phasegate.workflows._checks import run_checks
     from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready, refuse
     from phasegate.workflows.gated_session import GatedSession
 
@@ -325,34 +318,13 @@ class StepGraph:
         worker where it runs them (a local activity), commands on the verify queue; a
         check that cannot run is a failed check."""
         self._verifying = True
-        timeout = timedelta(seconds=budget_seconds(request.checks) + 60)
         try:
-            report: VerifyReport | None = None
-            if reads_only(request.checks):
-                report = await workflow.execute_local_activity_method(
-                    LocalChecks.run_checks_here,
-                    request,
-                    start_to_close_timeout=timeout,
-                    retry_policy=_RETRY,
-                    summary="check the step's evidence",
-                )
-            if report is None:
-                report = await workflow.execute_activity_method(
-                    VerifyActivities.run_verify_checks,
-                    request,
-                    task_queue=verify_task_queue(workflow.info().task_queue),
-                    start_to_close_timeout=timeout,
-                    heartbeat_timeout=timedelta(seconds=10),
-                    retry_policy=_RETRY,
-                    summary="check the step's evidence",
-                )
-        except ActivityError as exc:
-            return verify_unavailable(str(getattr(exc.cause, "message", exc.cause or exc)))
+            # A step graph has no sealed mode of its own: it tries this worker each time.
+            results, _ = await run_checks(
+                request, here=True, retry=_RETRY, summary="check the step's evidence"
+            )
         finally:
             self._verifying = False
-        results = checked_report(request.checks, report.results)
-        if results is None:
-            return verify_unavailable("the verify report does not answer the gate's checks")
         return results
 
     @workflow.update

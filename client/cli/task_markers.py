@@ -50,6 +50,7 @@ from phasegate.domain.tasks.projection import (
     SESSION_FILE,
     WORKFLOW_DIR,
     check_folder,
+    corrupt,
     digest,
     session_id_of,
 )
@@ -347,7 +348,7 @@ def _view_findings(root: Path, session: SessionInfo) -> list[Finding]:
         if data is None:
             gone = not os.path.lexists(path)
             found["view_missing" if gone else "view_corrupt"].append(rel)
-        elif _corrupt(rel, data):
+        elif corrupt(rel, data):
             found["view_corrupt"].append(rel)
         elif digest(data) != expected:
             found["view_edited"].append(rel)
@@ -369,16 +370,6 @@ def _view_findings(root: Path, session: SessionInfo) -> list[Finding]:
                 )
             )
     return out
-
-
-def _corrupt(rel: str, data: bytes) -> bool:
-    try:
-        text = data.decode("utf-8")
-        if rel.endswith(".json"):
-            json.loads(text)
-    except ValueError:
-        return True
-    return False
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -480,7 +471,11 @@ async def _use(ctx: Ctx) -> int:
     client = await ctx.client()
     name = args.session.rstrip("/").rsplit("/", 1)[-1]
     folder = f"{WORKFLOW_DIR}/{name}"
-    meta = _session_json(Path(project_root(args.root)), folder) if check_folder(folder) is None else None
+    meta = (
+        _session_json(Path(project_root(args.root)), folder)
+        if check_folder(folder) is None
+        else None
+    )
     session_id = session_id_of(meta) if meta else args.session
     if not session_id:
         raise SessionError(f"{folder}/{SESSION_FILE} names no session", where=folder)

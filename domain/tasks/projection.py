@@ -45,6 +45,7 @@ __all__ = [
     "TODO_FILE",
     "WORKFLOW_DIR",
     "check_folder",
+    "corrupt",
     "digest",
     "is_view_path",
     "render_files",
@@ -569,3 +570,14 @@ def _summary_md(b: _Board, t: TaskState) -> str:
         + (f" (attempt {t.attempts})" if t.attempts > 1 else ""),
     ]
     return "\n".join(out) + "\n"
+
+
+def corrupt(rel: str, data: bytes) -> bool:
+    """A view file that is not UTF-8 text, or (a ``.json`` file) not JSON: rebuilt."""
+    try:
+        text = data.decode("utf-8")
+        if rel.endswith(".json"):
+            json.loads(text)
+    except ValueError:
+        return True
+    return False
