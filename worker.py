@@ -37,7 +37,8 @@ from typing import Any, Self
 
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from phasegate.activities._verify_local import LocalChecks
 from phasegate.activities.agent_prompts import AgentPrompts
@@ -219,6 +220,22 @@ def build_worker(
     return PhasegateWorkers(workers, owned)
 
 
+def workflow_runner(settings: Settings) -> WorkflowRunner:
+    """How this worker runs workflow code: directly (the default), or in the SDK's sandbox
+    (``PHASEGATE_WORKFLOW_SANDBOX=1``).
+
+    The sandbox re-imports each workflow module for every workflow instance and re-enters
+    its import and call restrictions for every payload of every activation: ~30% of a raw
+    update's round trip here and most of a new instance's cost (``bench/``). It guards only
+    the workflow modules themselves: ``domain``, where every decision is made, is passed
+    through and unguarded anyway. What guards determinism is the suite: it replays every
+    recorded history in the sandbox and walks a session, an orchestration and a step graph
+    on a sandboxed worker (``tests/test_sandbox.py``), so code that would break in it (a
+    clock, a random number, I/O in a workflow) fails there.
+    """
+    return SandboxedWorkflowRunner() if settings.workflow_sandbox else UnsandboxedWorkflowRunner()
+
+
 def caller_check(client: Client, settings: Settings) -> CallerCheck:
     """The interceptor that runs activities only for phasegate's own workflow runs."""
     # @workflow.defn without a name: each workflow's type is its class name.
@@ -300,6 +317,7 @@ def _main_worker(
         # the model ids in them resolve with this worker's providers.
         plugins=[PydanticAIPlugin(), models.plugin()],
         interceptors=[caller_check(client, settings)],
+        workflow_runner=workflow_runner(settings),
     )
 
 

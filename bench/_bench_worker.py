@@ -29,7 +29,7 @@ from temporalio.worker import Worker
 
 from phasegate.domain.settings import Settings
 from phasegate.temporal import connect
-from phasegate.worker import build_worker
+from phasegate.worker import build_worker, workflow_runner
 
 
 async def serve(
@@ -48,6 +48,8 @@ async def serve(
             workflows=[workflow],
             activities=[activity],
             activity_executor=pool,
+            # The baseline runs its workflow code as phasegate does (Settings.workflow_sandbox).
+            workflow_runner=workflow_runner(settings),
         )
         async with contextlib.AsyncExitStack() as stack:
             if phasegate:

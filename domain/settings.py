@@ -264,6 +264,13 @@ class Settings(BaseModel):
         "turns it off for every session: a sealed deployment keeps future phases out of "
         "history whatever a starter asks).",
     )
+    workflow_sandbox: bool = Field(
+        False,
+        description="Run workflow code in the Temporal SDK's sandbox "
+        "(PHASEGATE_WORKFLOW_SANDBOX=1): import and call restrictions at ~30% more worker "
+        "time per workflow task. Off by default: the suite replays phasegate's recorded "
+        "histories and walks its workflows in the sandbox instead.",
+    )
     verify_concurrency: int = Field(
         4,
         ge=1,
@@ -501,6 +508,7 @@ class Settings(BaseModel):
             allow_unsigned_controls=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_CONTROLS")),
             verify_concurrency=int(env.get("PHASEGATE_VERIFY_CONCURRENCY") or 4),
             prefetch=_flag(env.get("PHASEGATE_PREFETCH")) is not False,
+            workflow_sandbox=_flag(env.get("PHASEGATE_WORKFLOW_SANDBOX")) is True,
             test_command=env.get("PHASEGATE_TEST_COMMAND") or None,
             allowed_commands=_allowed_env(env),
             graph_function_modules=[
