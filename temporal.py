@@ -3,7 +3,9 @@
 Everything that has to agree between client, worker, workflows, tests and the
 replayer is defined here once:
 
-- :data:`DATA_CONVERTER`: the pydantic data converter (every payload is JSON);
+- :data:`DATA_CONVERTER`: the pydantic data converter (every payload is JSON), which
+  seals a session's prefetched phase where a seal key ring is configured
+  (:func:`data_converter_for`; :mod:`phasegate.sealing`);
 - :data:`SA_WORKFLOW`, :data:`SA_PHASE`, :data:`SA_STATUS`: the search
   attribute keys phasegate upserts (:data:`SEARCH_ATTRIBUTE_KEYS` for a server);
 - :func:`load_settings` and :func:`connect`: settings from the environment and
@@ -32,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
@@ -45,6 +46,7 @@ from phasegate.domain.errors import (
     TemporalUnreachable,
 )
 from phasegate.domain.settings import SEARCH_ATTRIBUTES, Settings
+from phasegate.sealing import data_converter, load_ring
 
 if TYPE_CHECKING:
     from phasegate.client._origin import ServerOrigin
@@ -60,6 +62,7 @@ __all__ = [
     "SEARCH_ATTRIBUTE_KEYS",
     "application_error",
     "connect",
+    "data_converter_for",
     "load_settings",
     "metrics_runtime",
     "phasegate_error",
@@ -70,8 +73,10 @@ __all__ = [
     "worker_hint",
 ]
 
-DATA_CONVERTER: DataConverter = pydantic_data_converter
-"""Used by every client, worker, test environment and replayer."""
+DATA_CONVERTER: DataConverter = data_converter(None)
+"""Used by every client, worker, test environment and replayer without a seal key ring:
+the pydantic converter (``temporalio.contrib.pydantic``), which never writes a sealed
+prefetch's phase in clear and cannot read a sealed one."""
 
 SA_WORKFLOW = SearchAttributeKey.for_keyword("PhasegateWorkflow")
 SA_PHASE = SearchAttributeKey.for_int("PhasegatePhase")
@@ -204,10 +209,23 @@ async def connect(settings: Settings | None = None, **client_options: Any) -> Cl
         *client_options.get("interceptors", ()),
         *tracing_interceptors(),
     ]
+    converter = data_converter_for(settings)
     try:
-        return await Client.connect(**config, data_converter=DATA_CONVERTER, **client_options)
+        return await Client.connect(**config, data_converter=converter, **client_options)
     except RuntimeError as exc:  # temporalio: "Failed client connect: ..."
         raise unreachable(settings, str(exc)) from None
+
+
+def data_converter_for(settings: Settings) -> DataConverter:
+    """:data:`DATA_CONVERTER`, or one holding the settings' seal key ring
+    (``PHASEGATE_SEAL_KEYS``): it seals prefetched phases and opens sealed payloads.
+
+    Raises:
+        PhasegateError: the ring file cannot be read or is not a ring.
+    """
+    if not settings.seal_keys_file:
+        return DATA_CONVERTER
+    return data_converter(load_ring(settings.seal_keys_file))
 
 
 def application_error(exc: PhasegateError, *, non_retryable: bool = True) -> ApplicationError:

@@ -50,6 +50,7 @@ from phasegate.activities.notify import notify_webhook
 from phasegate.activities.orchestration import OrchestrationActivities
 from phasegate.activities.provenance import CallerCheck, ProvenanceActivities
 from phasegate.activities.rag import RagActivities
+from phasegate.activities.sealed_prefetch import SealedPrefetch
 from phasegate.activities.step_handlers import StepHandlerActivities
 from phasegate.activities.task_files import TaskFileActivities
 from phasegate.activities.verify import VerifyActivities
@@ -59,6 +60,7 @@ from phasegate.domain.settings import Settings, verify_task_queue
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.trust import reserved_actor
 from phasegate.domain.verify import VerifyReport, VerifyRequest
+from phasegate.sealing import ring_of, sealing_client
 from phasegate.temporal import connect, load_settings, metrics_runtime, shutdown_tracing
 from phasegate.workflows import GatedSession, Orchestration, StepGraph
 
@@ -248,6 +250,8 @@ def _main_worker(
     executor: concurrent.futures.Executor,
     checks_here: Callable[[VerifyRequest], VerifyReport] | None,
 ) -> Worker:
+    # With a seal key ring (PHASEGATE_SEAL_KEYS) sessions seal their prefetch (sealing.py).
+    client = sealing_client(client, settings.seal_keys_file)
     rag = RagActivities(settings.rag_db, settings.library_paths, settings.standards_dirs)
     definitions = DefinitionActivities(
         settings.library_paths,
@@ -262,6 +266,7 @@ def _main_worker(
         spec_roots=settings.spec_roots,
         target_roots=settings.target_roots,
         prefetch=settings.prefetch,
+        sealed_prefetch=ring_of(client.data_converter) is not None,
         test_command=settings.test_command,
         allowed_commands=settings.command_allowlist(),
     )
@@ -296,6 +301,7 @@ def _main_worker(
         activities=[
             definitions.load_session,
             definitions.render_phase,
+            SealedPrefetch(definitions).prefetch_phase,
             rag.retrieve_context,
             notify_webhook,
             orchestration.orchestration_setup,

@@ -101,6 +101,7 @@ class DefinitionActivities:
         operator_keys: list[ApproverKey] | None = None,
         allow_unsigned_controls: bool | None = None,
         prefetch: bool = True,
+        sealed_prefetch: bool = False,
         target_roots: list[str] | None = None,
         spec_roots: list[str] | None = None,
         max_spec_bytes: int = SPEC_LIMIT,
@@ -119,6 +120,7 @@ class DefinitionActivities:
         self.deployment_keys = list(approver_keys or [])
         self.operator_keys = list(operator_keys or [])
         self.prefetch = prefetch
+        self.sealed_prefetch = sealed_prefetch  # the worker's client holds a seal key ring
         self.target_roots = list(target_roots or [])
         self.retriever = retriever
         self.context_tokens = context_tokens
@@ -328,6 +330,7 @@ class DefinitionActivities:
             operator_keys=list(dict.fromkeys([*self.operator_keys, *bound])),
             unsigned_controls=self.allow_unsigned_controls,
             prefetch=self.prefetch,
+            sealed_prefetch=self.sealed_prefetch,
             task_folder=task_folder_for(
                 req.target, spec_source, req.options.task_files, meta.name or meta.workflow_type
             ),

@@ -1,5 +1,6 @@
 """Approver and operator keys on disk: create Ed25519 key pairs, load them, sign
-approval decisions and session controls.
+approval decisions and session controls; create and rotate seal key rings (the sealed
+prefetch's AES keys, ``phasegate.sealing``).
 
 Layout, under :func:`config_dir` (or the ``directory`` argument)::
 
@@ -31,6 +32,7 @@ from pydantic import ValidationError
 
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.signing import ApproverKey, canonical_control_message, canonical_message
+from phasegate.sealing import KeyRing, load_ring, new_seal_key
 
 __all__ = [
     "config_dir",
@@ -39,7 +41,9 @@ __all__ = [
     "load_private_key",
     "new_key",
     "new_nonce",
+    "new_seal_ring",
     "public_key",
+    "rotate_seal_ring",
     "sign_control",
     "sign_decision",
 ]
@@ -433,3 +437,51 @@ def _signed(
     except (ValueError, TypeError) as err:
         raise PhasegateError(str(err), where=where, hint=hint) from err
     return nonce, base64.b64encode(private.sign(data)).decode("ascii")
+
+
+# ---- seal key rings (sealed prefetch: phasegate.sealing) ----
+
+
+def new_seal_ring(path: str | Path, *, overwrite: bool = False) -> KeyRing:
+    """Create a seal key ring file at ``path`` holding one fresh AES-256 key (mode 0600).
+
+    Raises:
+        PhasegateError: the file exists (without ``overwrite``) or cannot be written.
+    """
+    ring = KeyRing([new_seal_key()], str(path))
+    _write_ring(Path(path), ring, mode=0o600, overwrite=overwrite)
+    return ring
+
+
+def rotate_seal_ring(path: str | Path) -> KeyRing:
+    """Put a fresh key first in the ring at ``path``: workers seal with it once restarted
+    with the file; the older keys stay, and keep opening what they sealed.
+
+    Raises:
+        PhasegateError: the file is not a readable ring, or cannot be replaced.
+    """
+    old = load_ring(path)
+    ring = KeyRing([new_seal_key(), *old.keys], str(path))
+    # Keep a group the workers share (0640), never more.
+    mode = (stat.S_IMODE(Path(path).stat().st_mode) & 0o640 | 0o600) if _POSIX else 0o600
+    _write_ring(Path(path), ring, mode=mode, overwrite=True)
+    return ring
+
+
+def _write_ring(path: Path, ring: KeyRing, *, mode: int, overwrite: bool) -> None:
+    try:
+        _write_file(path, ring.to_json().encode("utf-8"), mode=mode, overwrite=overwrite)
+    except FileExistsError:
+        raise PhasegateError(
+            "a seal key ring already exists there",
+            where=str(path),
+            hint=f"rotate it (`phasegate keys seal-rotate {path}`: its keys keep opening what "
+            "they sealed), or pass --force to replace it; sessions whose history holds a "
+            "phase sealed with a replaced key cannot be replayed without it",
+        ) from None
+    except OSError as err:
+        raise PhasegateError(
+            f"cannot write the seal key ring: {err.strerror or err}",
+            where=str(path),
+            hint="check the directory's permissions and free space",
+        ) from err

@@ -271,6 +271,7 @@ class Settings(BaseModel):
         "time per workflow task. Off by default: the suite replays phasegate's recorded "
         "histories and walks its workflows in the sandbox instead.",
     )
+    seal_keys_file: str | None = Field(None, description="Seal key ring (PHASEGATE_SEAL_KEYS).")
     verify_concurrency: int = Field(
         4,
         ge=1,
@@ -509,6 +510,7 @@ class Settings(BaseModel):
             verify_concurrency=int(env.get("PHASEGATE_VERIFY_CONCURRENCY") or 4),
             prefetch=_flag(env.get("PHASEGATE_PREFETCH")) is not False,
             workflow_sandbox=_flag(env.get("PHASEGATE_WORKFLOW_SANDBOX")) is True,
+            seal_keys_file=env.get("PHASEGATE_SEAL_KEYS") or None,
             test_command=env.get("PHASEGATE_TEST_COMMAND") or None,
             allowed_commands=_allowed_env(env),
             graph_function_modules=[

@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready, refuse
     from phasegate.workflows._metrics import advanced
     from phasegate.workflows._session_deadlines import Deadlines
+    from phasegate.workflows._session_prefetch import Prefetching, prefetched, start_prefetch
     from phasegate.workflows._session_tasks import TaskDesk
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
@@ -109,7 +110,7 @@ class GatedSession:
         self._messages_this_run = 0
         # Background render of the next phase (see SessionOptions.prefetch). Private:
         # no query, result or error ever reads it.
-        self._prefetch: asyncio.Task[PhaseDefinition] | None = None
+        self._prefetch: Prefetching | None = None
         self._prefetch_index = -1
         self._publisher = Publisher()
         self._deadlines = Deadlines(self)
@@ -156,6 +157,7 @@ class GatedSession:
                 description=plan.description,
                 target=start.target,
                 options=plan.options_for(start.options),
+                sealed_prefetch=plan.sealed_prefetch,
                 ref=plan.ref,
                 phases=PhaseLedger(current=plan.first_phase),
                 started_at=now,
@@ -364,10 +366,8 @@ class GatedSession:
             and self._prefetch is not None
             and self._prefetch_index == index
         ):
-            try:
-                next_phase = await self._prefetch
-            except (ActivityError, ApplicationError):
-                next_phase = None  # render again below, which reports the error properly
+            # None: failed, or sealed and not opened; rendered below, errors reported there
+            next_phase = await prefetched(self._prefetch, index)
         if not state.is_last_phase() and next_phase is None:
             try:
                 next_phase = await workflow.execute_local_activity_method(
@@ -400,15 +400,7 @@ class GatedSession:
         if self._checks_here and self._renders_with_checks():
             return  # rendered with the checks, once they pass (see _verify)
         self._prefetch_index = index
-        self._prefetch = workflow.start_activity_method(
-            DefinitionActivities.render_phase,
-            RenderPhaseRequest(ref=state.ref, index=index),
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=_RENDER_RETRY,
-            summary=f"prefetch phase {index}",
-        )
-        # A failed prefetch is only a cache miss; mark its exception as seen.
-        self._prefetch.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._prefetch = start_prefetch(state, index)  # sealed where the deployment seals
 
     def _renders_with_checks(self) -> bool:
         """The checks' local activity renders the phase a passing checkpoint enters."""

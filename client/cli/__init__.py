@@ -5,7 +5,8 @@ handlers to the parser (``register``): ``sessions`` (start, status, phase, submi
 list, sessions prune, watch), ``tasks`` (task list|next|start|done|block|split|show),
 ``task_markers`` (session use|current, doctor), ``approvals`` (approve, reject, control),
 ``library`` (spec parse, library list|check, index, search), ``keys``,
-``servers`` (dev, server, worker, mcp) and ``orchestrate`` (orchestrate, plan show).
+``servers`` (dev, server, worker, mcp), ``orchestrate`` (orchestrate, plan show) and
+``sealed`` (history, codec-server: sealed prefetches as operators read them).
 
 Read commands print compact text by default and the message model's JSON with
 ``--json``. Exit codes are meant for scripts:
@@ -40,6 +41,7 @@ from phasegate.client.cli import (
     keys,
     library,
     orchestrate,
+    sealed,
     servers,
     sessions,
     task_markers,
@@ -58,7 +60,18 @@ from phasegate.domain.errors import PhasegateError
 __all__ = ["EXIT_ERROR", "EXIT_GATE_FAILED", "EXIT_OK", "EXIT_REFUSED", "build_parser", "main"]
 
 # the order of --help
-_GROUPS = (servers, sessions, tasks, task_markers, approvals, library, graphs, keys, orchestrate)
+_GROUPS = (
+    servers,
+    sessions,
+    tasks,
+    task_markers,
+    approvals,
+    library,
+    graphs,
+    keys,
+    orchestrate,
+    sealed,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""``phasegate keys new | list | export``: approver signing keys on this machine
+"""``phasegate keys new | list | export``: approver signing keys on this machine, and
+``keys seal-new | seal-rotate | seal-list``: the seal key ring of a sealed prefetch
 (no server; the key files are ``client.keys``'s)."""
 
 from __future__ import annotations
@@ -31,6 +32,20 @@ def register(sub: Any) -> None:
     s = keys_sub.add_parser("export", help="print {name, public_key} for approver_keys")
     s.add_argument("name", metavar="NAME")
     s.set_defaults(func=keys_export)
+    s = keys_sub.add_parser(
+        "seal-new", parents=[JSON], help="create a seal key ring (PHASEGATE_SEAL_KEYS), mode 0600"
+    )
+    s.add_argument("file", metavar="FILE", help="where to write the ring")
+    s.add_argument("--force", action="store_true", help="replace an existing ring")
+    s.set_defaults(func=seal_new)
+    s = keys_sub.add_parser(
+        "seal-rotate", parents=[JSON], help="put a new key first in a ring (old keys still open)"
+    )
+    s.add_argument("file", metavar="FILE")
+    s.set_defaults(func=seal_rotate)
+    s = keys_sub.add_parser("seal-list", parents=[JSON], help="the keys of a ring, sealing first")
+    s.add_argument("file", metavar="FILE")
+    s.set_defaults(func=seal_list)
 
 
 def keys_new(args: argparse.Namespace, settings: Settings) -> int:
@@ -78,3 +93,54 @@ def _fingerprint(public_key: str) -> str:
     from phasegate.domain.signing import fingerprint
 
     return fingerprint(public_key)
+
+
+def seal_new(args: argparse.Namespace, settings: Settings) -> int:
+    """Create a seal key ring holding one key."""
+    from phasegate.client import keys
+
+    ring = keys.new_seal_ring(args.file, overwrite=args.force)
+    if args.json:
+        echo(json.dumps(_ring_listing(ring)))
+        return EXIT_OK
+    echo(f"created seal key ring {args.file} (mode 0600) with key {ring.sealing.kid}")
+    echo(
+        f"workers seal prefetched phases with it: PHASEGATE_SEAL_KEYS={args.file} phasegate "
+        "worker (and phasegate dev); keep it from agents, and back it up: a session whose "
+        "history holds a phase sealed with a lost key cannot be replayed"
+    )
+    return EXIT_OK
+
+
+def seal_rotate(args: argparse.Namespace, settings: Settings) -> int:
+    """Put a fresh key first in a ring; the old keys stay and keep opening."""
+    from phasegate.client import keys
+
+    ring = keys.rotate_seal_ring(args.file)
+    if args.json:
+        echo(json.dumps(_ring_listing(ring)))
+        return EXIT_OK
+    echo(f"{args.file}: key {ring.sealing.kid} seals from each worker's next start")
+    echo(
+        f"kept {len(ring.keys) - 1} older key(s): they keep opening what they sealed; remove "
+        "one only once no open session's run started before this rotation"
+    )
+    return EXIT_OK
+
+
+def seal_list(args: argparse.Namespace, settings: Settings) -> int:
+    """The ring's keys (ids and dates, never the keys), the sealing one first."""
+    from phasegate.sealing import load_ring
+
+    ring = load_ring(args.file, where=args.file)
+    if args.json:
+        echo(json.dumps(_ring_listing(ring)))
+        return EXIT_OK
+    for i, entry in enumerate(_ring_listing(ring)):
+        role = "seals and opens" if i == 0 else "opens"
+        echo(f"{entry['kid']}  created {entry['created'] or '?':20}  {role}")
+    return EXIT_OK
+
+
+def _ring_listing(ring: Any) -> list[dict[str, str]]:
+    return [{"kid": k.kid, "created": k.created} for k in ring.keys]

@@ -261,6 +261,7 @@ class SessionPlan(BaseModel):
         True, description="Whether this deployment accepts unsigned (name-only) controls."
     )
     prefetch: bool = Field(True, description="False: the deployment turns prefetch off.")
+    sealed_prefetch: bool = Field(False, description="The worker seals prefetched phases.")
     task_folder: str | None = Field(
         None,
         description="The .workflow/WFS-* folder (relative to the target) the task board is "

@@ -98,6 +98,7 @@ class SessionState(BaseModel):
     description: str = ""
     target: str = ""
     options: SessionOptions = Field(default_factory=SessionOptions)
+    sealed_prefetch: bool = False  # the deployment's seal key ring seals the prefetch
     ref: DefinitionRef
     status: SessionStatus = "active"
     paused_from: SessionStatus | None = None

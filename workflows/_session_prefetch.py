@@ -1,0 +1,75 @@
+"""A session's prefetch: the next phase rendered in the background while the agent works
+(``SessionOptions.prefetch``), so an advance needs no activity round trip.
+
+The result lands in the workflow's history. Where the deployment holds a seal key ring
+(``SessionState.sealed_prefetch``, decided by the worker that loaded the session) it is
+a ``SealedPhase`` that the worker's data converter stores encrypted (``phasegate.sealing``)
+and the session takes only once opened for this session and this phase: anything else
+(a forged answer from a poller on phasegate's queue, a payload that does not
+authenticate, a render error) is a cache miss, and the phase is rendered at the advance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TypeAlias
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from phasegate.activities.definitions import DefinitionActivities
+    from phasegate.activities.sealed_prefetch import SealedPrefetch
+    from phasegate.domain.session.messages import PhaseDefinition, RenderPhaseRequest
+    from phasegate.domain.session.sealed import SealedPhase
+    from phasegate.domain.session.state import SessionState
+
+__all__ = ["Prefetching", "prefetched", "start_prefetch"]
+
+Prefetching: TypeAlias = "asyncio.Task[PhaseDefinition | SealedPhase]"
+_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
+_TIMEOUT = timedelta(seconds=30)
+
+
+def start_prefetch(state: SessionState, index: int) -> Prefetching:
+    """Start rendering phase ``index`` of the session (sealed where the deployment seals)."""
+    request = RenderPhaseRequest(ref=state.ref, index=index)
+    summary = f"prefetch phase {index}"
+    task: Prefetching
+    if state.sealed_prefetch:
+        task = workflow.start_activity_method(
+            SealedPrefetch.prefetch_phase,
+            request,
+            start_to_close_timeout=_TIMEOUT,
+            retry_policy=_RETRY,
+            summary=summary,
+        )
+    else:
+        task = workflow.start_activity_method(
+            DefinitionActivities.render_phase,
+            request,
+            start_to_close_timeout=_TIMEOUT,
+            retry_policy=_RETRY,
+            summary=summary,
+        )
+    # A failed prefetch is only a cache miss; mark its exception as seen.
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task
+
+
+async def prefetched(task: Prefetching, index: int) -> PhaseDefinition | None:
+    """The prefetched phase ``index``, or None: the prefetch failed, or a sealed one was
+    not opened for this session's phase ``index`` (the caller renders it again)."""
+    try:
+        found = await task
+    except (ActivityError, ApplicationError):
+        return None
+    if not isinstance(found, SealedPhase):
+        return found
+    info = workflow.info()
+    phase = found.opened_for(info.namespace, info.workflow_id, index)
+    if phase is None:
+        workflow.logger.warning("prefetch of phase %d not taken: %s", index, found.refusal())
+    return phase
