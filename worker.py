@@ -320,8 +320,9 @@ def _main_worker(
         activity_executor=executor,
         max_concurrent_activities=threads if isinstance(threads, int) else None,
         # Registers the agents' model-request activities (Orchestration.__pydantic_ai_agents__);
-        # the model ids in them resolve with this worker's providers.
-        plugins=[PydanticAIPlugin(), models.plugin()],
+        # the model ids in them resolve with this worker's providers, and the agents'
+        # prompts render there with this worker's prompts.
+        plugins=[PydanticAIPlugin(), models.plugin(), prompts.plugin()],
         interceptors=[caller_check(client, settings)],
         workflow_runner=workflow_runner(settings),
     )

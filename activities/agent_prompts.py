@@ -29,6 +29,10 @@ Configuration is per worker, never per process: each worker builds its own
 that object's :meth:`AgentPrompts.render_agent_prompt` method as the activity
 (``worker.py``), so two workers in one process render from their own libraries.
 :data:`render_agent_prompt` names the same activity for workflow code.
+
+An orchestration's LLM agents render theirs in the model-request activity itself
+(``activities/_prompt_in_request.py``): the worker hands its :class:`AgentPrompts` to
+its activities through :meth:`AgentPrompts.plugin` (:func:`current_prompts`).
 """
 
 from __future__ import annotations
@@ -39,15 +43,18 @@ import os
 import re
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import yaml
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError
 from jinja2.exceptions import SecurityError, TemplateError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 from temporalio import activity
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 import phasegate.activities._safe_read as safe_read
 from phasegate import SHIPPED_LIBRARY
@@ -74,6 +81,7 @@ __all__ = [
     "AgentPromptRequest",
     "AgentPrompts",
     "AgentTemplate",
+    "current_prompts",
     "render_agent_prompt",
 ]
 
@@ -347,9 +355,8 @@ class AgentPrompts:
                 problems.append(str(exc))
         return problems
 
-    @activity.defn(name="render_agent_prompt")
-    async def render_agent_prompt(self, req: AgentPromptRequest) -> AgentPrompt:
-        """Render ``req.agent``'s instructions and user message (see the module docstring).
+    async def render_in_activity(self, req: AgentPromptRequest) -> AgentPrompt:
+        """:meth:`render` in a worker thread, for an activity.
 
         Raises:
             ApplicationError: Non-retryable, type ``definition_invalid`` or
@@ -359,6 +366,52 @@ class AgentPrompts:
             return await asyncio.to_thread(self.render, req)
         except PhasegateError as exc:
             raise application_error(exc) from None
+
+    @activity.defn(name="render_agent_prompt")
+    async def render_agent_prompt(self, req: AgentPromptRequest) -> AgentPrompt:
+        """Render ``req.agent``'s instructions and user message (see the module docstring).
+
+        Raises:
+            ApplicationError: Non-retryable, type ``definition_invalid`` or
+                ``template_not_found``, with ``file:line`` in its details.
+        """
+        return await self.render_in_activity(req)
+
+    def plugin(self) -> SimplePlugin:
+        """A Temporal worker plugin that makes these the prompts the worker's activities
+        render (:func:`current_prompts`; the model-request activities render the
+        orchestration agents' prompts with them)."""
+        return SimplePlugin("phasegate.AgentPrompts", interceptors=[_Scope(self)])
+
+
+_CURRENT: ContextVar[AgentPrompts | None] = ContextVar("phasegate_agent_prompts", default=None)
+
+
+def current_prompts() -> AgentPrompts | None:
+    """The prompts of the worker running this activity (its :meth:`AgentPrompts.plugin`),
+    or None outside such a worker."""
+    return _CURRENT.get()
+
+
+class _Scope(Interceptor):
+    """Makes one worker's prompts current in its activities (each activity runs in a task
+    of its own, whose context dies with it: nothing to reset)."""
+
+    def __init__(self, prompts: AgentPrompts) -> None:
+        self._prompts = prompts
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ActivityScope(next, self._prompts)
+
+
+class _ActivityScope(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, prompts: AgentPrompts) -> None:
+        super().__init__(next)
+        self._prompts = prompts
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        _CURRENT.set(self._prompts)
+        return await super().execute_activity(input)
 
 
 def _sample_request(agent: AgentName) -> AgentPromptRequest:

@@ -8,8 +8,11 @@ Temporal (:data:`MODEL_RETRY_POLICY`), and validates the answer against the agen
 output model (``domain/orchestration/agents.py``); an answer that does not validate is sent back to
 the model with the validation error, up to :data:`OUTPUT_RETRIES` times.
 
-Workflow code calls :func:`run_llm_agent` and gets the validated output and the
-step's :class:`~phasegate.domain.orchestration.agents.StepUsage`, or a non-retryable
+Workflow code calls :func:`ask_llm_agent` with the agent's render request (its prompt
+is rendered in the model-request activity and recorded once, in the answer:
+``activities/_prompt_in_request.py``), or :func:`run_llm_agent` with a prompt as text,
+and gets the validated output and the step's
+:class:`~phasegate.domain.orchestration.agents.StepUsage`, or a non-retryable
 ``ApplicationError`` that says which agent, which model and what to do (an answer over
 ``MAX_MODEL_RESPONSE_BYTES`` is ``agent_output_too_large``: a failed step; a server that
 refuses the connection or does not resolve is ``model_unreachable``, after one attempt,
@@ -28,11 +31,12 @@ so the workflow and the worker share one copy of the agents.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_ai import Agent
+from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.capabilities import ResolveModelId
 from pydantic_ai.durable_exec.temporal import TemporalDurability
 from pydantic_ai.exceptions import (
@@ -53,6 +57,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 from temporalio.workflow import ActivityConfig
 
+from phasegate.activities._prompt_in_request import (
+    LeaveOutRecordedPrompts,
+    PromptInRequest,
+    recorded_prompt,
+    render_mark,
+)
 from phasegate.activities.model_providers import (
     RULES_MODEL_ID,
     ModelProviders,
@@ -60,7 +70,7 @@ from phasegate.activities.model_providers import (
     current_providers,
     refused,
 )
-from phasegate.domain.errors import PhasegateError
+from phasegate.domain.errors import DefinitionError, PhasegateError, TemplateNotFound
 from phasegate.domain.orchestration.agents import (
     MAX_MODEL_RESPONSE_BYTES,
     MODEL_UNREACHABLE,
@@ -72,6 +82,7 @@ from phasegate.domain.orchestration.agents import (
     ReviewResult,
     StepUsage,
 )
+from phasegate.domain.orchestration.context import AgentPrompt, AgentPromptRequest
 from phasegate.domain.settings import Settings
 from phasegate.temporal import application_error
 
@@ -80,8 +91,10 @@ __all__ = [
     "MODEL_ACTIVITY_TIMEOUT",
     "MODEL_RETRY_POLICY",
     "OUTPUT_RETRIES",
+    "AgentAnswer",
     "analyst_agent",
     "architect_agent",
+    "ask_llm_agent",
     "check_model",
     "planner_agent",
     "reviewer_agent",
@@ -106,9 +119,10 @@ OUTPUT_RETRIES = 2
 
 def _resolve(ctx: ModelResolutionContext[Any], model_id: str) -> Model:
     """Build the model a run names with the providers of the worker running it; called
-    in the model-request activity and in workflow code."""
+    in the model-request activity and in workflow code. The prompt is rendered first
+    (a render request's), the answer's size measured next to the model."""
     agent = _AGENT_KEYS.get(ctx.agent.name or "", "")
-    return _SizeBounded(current_providers().build(model_id, agent), model_id)
+    return PromptInRequest(_SizeBounded(current_providers().build(model_id, agent), model_id))
 
 
 class _SizeBounded(WrapperModel):
@@ -189,6 +203,7 @@ def _agent(key: str, output_type: type[BaseModel]) -> Agent[None, Any]:
                 )
             ),
             ResolveModelId(_resolve),
+            LeaveOutRecordedPrompts(),
         ],
     )
 
@@ -216,6 +231,36 @@ LLM_AGENTS: dict[str, Agent[None, Any]] = {
 _AGENT_KEYS = {a.name: key for key, a in LLM_AGENTS.items()}
 
 
+@dataclass(frozen=True)
+class AgentAnswer:
+    """What :func:`ask_llm_agent` returns: the validated output, the tokens and requests
+    the step used, and the prompt the model-request activity rendered and sent (None
+    only for a model that answers without the activity's wrapper, which no worker has)."""
+
+    output: AgentOutput
+    usage: StepUsage
+    prompt: AgentPrompt | None
+
+
+async def ask_llm_agent(req: AgentPromptRequest, *, model: str, max_tokens: int) -> AgentAnswer:
+    """Run ``req.agent`` from workflow code with its prompt rendered in the model-request
+    activity (``activities/_prompt_in_request.py``): history holds the prompt once, in
+    the first answer.
+
+    Args:
+        req: The render request: the agent and the sections of state it may see.
+        model: A model id (module docs); ``rules`` is the workflow's own planner.
+        max_tokens: Cap of each answer (the profile's ``max_agent_output_tokens``).
+
+    Raises:
+        ApplicationError: Non-retryable, as :func:`run_llm_agent`'s; a prompt file that
+            does not render fails with its own error (``definition_invalid``,
+            ``template_not_found``, naming ``file:line``).
+    """
+    result = await _run(req.agent, model, render_mark(req), None, max_tokens)
+    return AgentAnswer(result.output, _usage(result), recorded_prompt(result.all_messages()))
+
+
 async def run_llm_agent(
     agent: str, *, model: str, instructions: str, prompt: str, max_tokens: int
 ) -> tuple[AgentOutput, StepUsage]:
@@ -236,6 +281,24 @@ async def run_llm_agent(
             the answer never validated, the provider refused the request (key, model
             name, quota) or kept failing after every retry.
     """
+    result = await _run(agent, model, prompt, instructions, max_tokens)
+    return result.output, _usage(result)
+
+
+def _usage(result: AgentRunResult[Any]) -> StepUsage:
+    usage = result.usage
+    return StepUsage(
+        requests=usage.requests, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+    )
+
+
+_PROMPT_FAILURES = (DefinitionError.code, TemplateNotFound.code)  # the prompt file's own errors
+
+
+async def _run(
+    agent: str, model: str, prompt: str, instructions: str | None, max_tokens: int
+) -> AgentRunResult[Any]:
+    """``agent.run`` with every failure mapped to an ApplicationError saying what to do."""
     llm = LLM_AGENTS.get(agent)
     if llm is None or model == RULES_MODEL_ID:
         problem = (
@@ -245,7 +308,7 @@ async def run_llm_agent(
         )
         raise _failure(agent, model, problem, "model_unusable", check_hint(agent))
     try:
-        result = await llm.run(
+        return await llm.run(
             prompt,
             model=model,
             instructions=instructions,
@@ -272,28 +335,26 @@ async def run_llm_agent(
             agent, model, _first_line(exc), "model_unusable", check_hint(agent)
         ) from None
     except ActivityError as exc:  # a failure that is not the provider's answer
-        cause = exc.cause
-        if isinstance(cause, ApplicationError) and cause.type == OUTPUT_TOO_LARGE:
-            raise _failure(agent, model, cause.message, OUTPUT_TOO_LARGE, _SHORTER) from None
-        if isinstance(cause, ApplicationError) and cause.type == MODEL_UNREACHABLE:
-            raise _failure(
-                agent, model, cause.message, MODEL_UNREACHABLE, _UNREACHABLE_HINT
-            ) from None
-        if isinstance(cause, ApplicationError) and cause.type == "UserError":
-            # The worker could not build the model (a key not set): the message says what.
-            raise _failure(
-                agent, model, cause.message, "model_unusable", check_hint(agent)
-            ) from None
-        raise _failure(
-            agent,
-            model,
-            f"the model request failed: {_first_line(cause or exc)}",
-            "model_call_failed",
-            "the worker's log has the details; fix what it names, then run the step again",
-        ) from None
-    usage = result.usage
-    return result.output, StepUsage(
-        requests=usage.requests, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        raise _activity_failure(agent, model, exc) from None
+
+
+def _activity_failure(agent: str, model: str, exc: ActivityError) -> ApplicationError:
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.type in _PROMPT_FAILURES:
+        return cause  # the prompt file (file:line) or the render request: as it was raised
+    if isinstance(cause, ApplicationError) and cause.type == OUTPUT_TOO_LARGE:
+        return _failure(agent, model, cause.message, OUTPUT_TOO_LARGE, _SHORTER)
+    if isinstance(cause, ApplicationError) and cause.type == MODEL_UNREACHABLE:
+        return _failure(agent, model, cause.message, MODEL_UNREACHABLE, _UNREACHABLE_HINT)
+    if isinstance(cause, ApplicationError) and cause.type == "UserError":
+        # The worker could not build the model (a key not set): the message says what.
+        return _failure(agent, model, cause.message, "model_unusable", check_hint(agent))
+    return _failure(
+        agent,
+        model,
+        f"the model request failed: {_first_line(cause or exc)}",
+        "model_call_failed",
+        "the worker's log has the details; fix what it names, then run the step again",
     )
 
 

@@ -14,8 +14,11 @@ times, the workflow's clock), sizes from the fetched history. The step figures a
 the LLM steps only (analyst, architect, reviewer); the developer step (a CLI
 process and a child session) is reported apart:
 
-- step wall: ``step_started`` -> ``step_done`` (prompt rendering activity, model
-  request activity, the architect's plan check, the workflow tasks between them);
+- step wall: ``step_started`` -> ``step_done`` (the model request activity, which
+  renders the prompt it sends, the architect's plan check, a local activity, and the
+  workflow tasks between them; runs of older code also had a prompt rendering
+  activity). With a model that answers at once, all of it is the engine's time: the
+  bench sets it against a 1 s model call (the target: at most 5%, 50 ms);
 - model request: the ``agent__*__model_request`` activity, scheduled -> completed;
 - raw activity round trip: one trivial activity and the workflow task that
   schedules the next one (scheduled -> next scheduled);
@@ -24,7 +27,10 @@ process and a child session) is reported apart:
 - history per step: the events of each step's slice of the run's history, from the
   step's first scheduled activity up to the next step's (the workflow task that
   closes a step and starts the next counts for the step it closes; the run's final
-  event, which carries the whole result, counts for no step).
+  event, which carries the whole result, counts for no step);
+- the prompt in history: how many times each LLM step's slice holds the agent's
+  rendered instructions (their first line) and its user message (the issue heading):
+  once each, in the model request's result, where the prompt is recorded.
 
     .venv/bin/python bench/orchestration_overhead.py [--runs 12] [--developer-runs 1]
 """
@@ -172,24 +178,31 @@ def schedule_gaps(history: WorkflowHistory) -> list[float]:
 
 
 def _step_of(event: Any) -> str | None:
-    """The step whose first activity ``event`` schedules: the prompt rendering of an LLM
-    step (its input names the agent), or the developer's spec writing."""
+    """The step an activity ``event`` schedules belongs to: an LLM step's model request
+    (or, in runs of older code, its prompt rendering, whose input names the agent), or
+    the developer's spec writing."""
     if not event.HasField("activity_task_scheduled_event_attributes"):
         return None
     attrs = event.activity_task_scheduled_event_attributes
-    if attrs.activity_type.name == "write_dev_spec":
+    name = attrs.activity_type.name
+    if name == "write_dev_spec":
         return "developer"
-    if attrs.activity_type.name == "render_agent_prompt":
+    if name == "render_agent_prompt":
         agent = json.loads(attrs.input.payloads[0].data)["agent"]
         return agent if agent in LLM_STEPS else None
-    return None
+    agent = name.removeprefix("agent__phasegate_").removesuffix("__model_request")
+    return agent if agent in LLM_STEPS else None
 
 
 def step_slices(history: WorkflowHistory) -> dict[str, list[Any]]:
     """Each plan step's events: from its first scheduled activity up to the next step's,
     the last step up to the run's final event (which carries the result, not a step)."""
     events = list(history.events)
-    starts = [(i, step) for i, ev in enumerate(events) if (step := _step_of(ev))]
+    starts: list[tuple[int, str]] = []
+    for i, ev in enumerate(events):
+        step = _step_of(ev)
+        if step and (not starts or starts[-1][1] != step):  # a step's later activities
+            starts.append((i, step))
     steps = [step for _, step in starts]
     if len(set(steps)) != len(steps):  # a rework pass would merge two steps' slices
         raise AssertionError(f"a step ran twice ({steps}): the bench expects one pass")
@@ -202,22 +215,31 @@ def step_slices(history: WorkflowHistory) -> dict[str, list[Any]]:
     return {step: events[i:j] for (i, step), j in zip(starts, bounds, strict=True)}
 
 
-def slice_size(events: Sequence[Any]) -> tuple[int, int, int, int]:
-    """(events, bytes, activities, prompt bytes) of a slice; bytes as Temporal counts them
-    (protobuf size); prompt bytes: the rendered prompt and the model request carrying it."""
-    names: dict[int, str] = {}
-    activities = prompts = 0
-    for ev in events:
-        if ev.HasField("activity_task_scheduled_event_attributes"):
-            activities += 1
-            names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
-            if names[ev.event_id].startswith("agent__"):
-                prompts += ev.ByteSize()
-        elif ev.HasField("activity_task_completed_event_attributes"):
-            scheduled = ev.activity_task_completed_event_attributes.scheduled_event_id
-            if names.get(scheduled) == "render_agent_prompt":
-                prompts += ev.ByteSize()
-    return len(events), sum(ev.ByteSize() for ev in events), activities, prompts
+# What only a rendered prompt holds: the first line of an agent's instructions (its
+# library prompt) and the heading of the issue section of its user message.
+_INSTRUCTIONS = "You are the **{agent}**"
+_USER_MESSAGE = f"## Issue {ISSUE.id}: "
+
+
+def prompt_copies(events: Sequence[Any], agent: str) -> tuple[int, int]:
+    """How many times ``agent``'s rendered instructions and user message occur in
+    ``events`` (their serialized bytes): 1 and 1 when history stores the prompt once."""
+    data = b"".join(ev.SerializeToString() for ev in events)
+    return data.count(_INSTRUCTIONS.format(agent=agent).encode()), data.count(
+        _USER_MESSAGE.encode()
+    )
+
+
+def slice_size(events: Sequence[Any]) -> tuple[int, int, int]:
+    """(events, bytes, activities) of a slice; bytes as Temporal counts them (protobuf
+    size), local activities (markers) counted as activities."""
+    activities = sum(
+        ev.HasField("activity_task_scheduled_event_attributes")
+        or ev.HasField("marker_recorded_event_attributes")
+        and ev.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        for ev in events
+    )
+    return len(events), sum(ev.ByteSize() for ev in events), activities
 
 
 async def step_walls(handle: Any) -> dict[str, float]:
@@ -309,9 +331,9 @@ async def developer_runs(client: Client, task_queue: str, work: Path, runs: int)
         )
         _, view, hist, walls = await run_orchestration(client, task_queue, profile, TYPO)
         assert [s.agent for s in view.plan.steps] == ["developer", "reviewer"], view.plan
-        events, size, _, _ = slice_size(hist.events)
+        events, size, _ = slice_size(hist.events)
         child = client.get_workflow_handle(view.child_sessions[0])
-        c_events, c_size, _, _ = slice_size((await child.fetch_history()).events)
+        c_events, c_size, _ = slice_size((await child.fetch_history()).events)
         lines.append(
             f"  developer alone (typo issue, rules plan [developer, reviewer]): step "
             f"{walls['developer_0'] * 1000:.0f} ms; orchestration history {events} events / "
@@ -322,6 +344,10 @@ async def developer_runs(client: Client, task_queue: str, work: Path, runs: int)
 
 def _median(rows: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(sorted(col)[len(col) // 2] for col in zip(*rows, strict=True))
+
+
+MODEL_CALL = 1.0  # seconds: the real model call the engine's cost is set against
+TARGET = 0.05  # of it: 50 ms
 
 
 async def main(runs: int, dev_runs: int) -> dict[str, float]:
@@ -343,8 +369,9 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
             developer: list[float] = []
             planner: list[float] = []
             walls: list[float] = []
-            slices: dict[str, list[tuple[int, int, int, int]]] = {}
-            runs_size: list[tuple[int, int, int, int]] = []
+            slices: dict[str, list[tuple[int, ...]]] = {}
+            copies: list[tuple[int, int]] = []
+            runs_size: list[tuple[int, ...]] = []
             for i in range(runs + 1):  # the first pair warms up
                 raw = await run_raw(client, task_queue)
                 wall, view, hist, step = await run_orchestration(
@@ -367,6 +394,7 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
                     if key != "developer":
                         renders += activity_times(events, "render_agent_prompt")
                         step_wft += workflow_task_times(events)
+                        copies.append(prompt_copies(events, key))
                 runs_size.append(slice_size(hist.events))
             dev_lines = await developer_runs(client, task_queue, tmp, dev_runs)
         finally:
@@ -374,7 +402,7 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
     assert sorted(slices) == sorted([*LLM_STEPS, "developer"]), sorted(slices)
     per_agent = {key: _median(rows) for key, rows in slices.items()}
     llm = [per_agent[a] for a in LLM_STEPS]
-    ev_run, b_run, _, _ = _median(runs_size)
+    ev_run, b_run, _ = _median(runs_size)
     f = {
         "raw_round_trip_p50": pct(raw_gap, 50),
         "raw_activity_p50": pct(raw_act, 50),
@@ -387,10 +415,13 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
         "events_per_step": sum(x[0] for x in llm) / len(llm),
         "bytes_per_step": sum(x[1] for x in llm) / len(llm),
         "activities_per_step": sum(x[2] for x in llm) / len(llm),
-        "prompt_share": sum(x[3] for x in llm) / sum(x[1] for x in llm),
+        "instructions_copies": max(c[0] for c in copies),
+        "user_message_copies": max(c[1] for c in copies),
         "events_run": ev_run,
         "bytes_run": b_run,
     }
+    f["step_vs_call"] = f["step_p50"] / MODEL_CALL
+    f["step_p95_vs_call"] = f["step_p95"] / MODEL_CALL
     f["step_vs_model"] = f["step_p50"] / f["model_request_p50"]
     f["step_vs_raw"] = f["step_p50"] / f["raw_round_trip_p50"]
     f["model_vs_raw"] = f["model_request_p50"] / f["raw_activity_p50"]
@@ -412,26 +443,33 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
     )
     print(
         f"  LLM step                  p50 {ms(f['step_p50'])}   p95 {ms(f['step_p95'])}   "
-        f"({f['activities_per_step']:.2f} activities: prompt render, model request, the "
-        "architect's plan check; and the workflow tasks between them)"
+        f"({f['activities_per_step']:.2f} activities: the model request (the prompt rendered "
+        "in it), the architect's plan check; and the workflow tasks between them)"
+    )
+    verdict = "met" if f["step_vs_call"] <= TARGET else "NOT met"
+    print(
+        f"  engine time per LLM step (the model answers at once, so all of the step is engine)"
+        f" / a {MODEL_CALL:.0f} s model call: p50 {f['step_vs_call']:.1%}, p95 "
+        f"{f['step_p95_vs_call']:.1%}  (target <= {TARGET:.0%}: {verdict})"
     )
     print(
         f"  ratio step / model request p50 = {f['step_vs_model']:.2f}x;  "
         f"step / raw activity round trip = {f['step_vs_raw']:.2f}x "
         f"({f['step_vs_floor']:.2f}x the floor of {f['activities_per_step']:.2f} round trips);  "
-        f"engine cost per step = {ms(f['step_p50'] - f['model_request_p50'])}"
+        f"step less the model request activity = {ms(f['step_p50'] - f['model_request_p50'])}"
     )
     print(
         f"  history per LLM step (its slice of the run's history, median of runs): "
         f"{f['events_per_step']:.1f} events, {f['bytes_per_step']:.0f} B; "
         + ", ".join(f"{a} {per_agent[a][0]} / {per_agent[a][1]} B" for a in LLM_STEPS)
-        + f"; {f['prompt_share']:.0%} of those bytes are prompts (the rendered prompt, then "
-        "the model request carrying it with the output schema)"
+        + f"; the prompt in each step's history: instructions {f['instructions_copies']}x, "
+        f"user message {f['user_message_copies']}x (most of any step)"
     )
+    render = f"prompt render activity {ms(pct(renders, 50))}" if renders else "no render activity"
     print(
         f"  where a step's time goes (p50): workflow task {ms(pct(step_wft, 50))} each "
         f"(the baseline's {ms(pct(raw_wft, 50))}), {len(step_wft) / len(steps):.2f} per step; "
-        f"prompt render activity {ms(pct(renders, 50))}; model request {ms(f['model_request_p50'])}"
+        f"{render}; model request {ms(f['model_request_p50'])}"
     )
     dev = per_agent["developer"]
     print(

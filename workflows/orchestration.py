@@ -6,14 +6,17 @@ order. The workflow runs it step by step; every decision (next step, approvals,
 escalation, review loop, replans) is :class:`~phasegate.domain.orchestration.OrchestrationState`'s.
 
 - LLM agents run through pydantic-ai with Temporal durability: each model request
-  is an activity with retries, each output a validated pydantic model.
+  is an activity with retries, each output a validated pydantic model. A step is one
+  activity: the model request renders the agent's prompt from the state's sections
+  and records it once, in its answer (``agent_prompts`` shows them), and the
+  architect's plan is checked against the workspace by a local activity.
 - The developer works through a child ``GatedSession`` (``spec_execution_v1`` over a
   tasks.md made from the architect's plan): its gates and verify checks decide
   whether the work is done, never the developer's word.
 - Every replan is a continue-as-new carrying the issue, the outputs, the compacted
   history and ``replanned_count``.
 
-Queries ``plan``, ``state``, ``history``, ``developer_prompt``; updates
+Queries ``plan``, ``state``, ``history``, ``developer_prompt``, ``agent_prompts``; updates
 ``decide_approval`` (signed where approvers have keys) and ``request_replan``. The Web
 UI shows the plan with the current step marked in the workflow's current details.
 
@@ -32,7 +35,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.agent_prompts import render_agent_prompt
-    from phasegate.activities.agents import LLM_AGENTS, run_llm_agent
+    from phasegate.activities.agents import LLM_AGENTS, ask_llm_agent, run_llm_agent
     from phasegate.activities.orchestration import (
         OrchestrationActivities,
         SetupRequest,
@@ -46,9 +49,7 @@ with workflow.unsafe.imports_passed_through():
         PlanOutput,
         StepUsage,
     )
-    from phasegate.domain.orchestration.context import (
-        AgentPromptRequest,
-    )
+    from phasegate.domain.orchestration.context import AgentPrompt, AgentPromptRequest
     from phasegate.domain.orchestration.messages import (
         DeveloperPrompt,
         HistoryEntry,
@@ -82,6 +83,9 @@ __all__ = ["Orchestration"]
 _WORKFLOW_TYPE = "orchestration"
 _PUBLISH_ON_CHANGE = "orchestration-publish-on-change"  # workflow.patched id
 _PLANNER_CONFIGURATION = "orchestration-planner-configuration-fails"  # workflow.patched id
+# Runs recorded before rendered each prompt in an activity of its own, stored it, and
+# sent it again in the model request; and checked plans with a regular activity.
+_ONE_ACTIVITY_STEP = "orchestration-one-activity-step"  # workflow.patched id
 _DEV_WORKFLOW = "spec_execution_v1"
 _EXIT_GRACE = timedelta(seconds=10)  # for the session's last answer after the agent exits
 
@@ -113,6 +117,9 @@ class Orchestration:
         self._issue = start.issue
         self._failure = ""  # why the run was refused before it had a state
         self._publisher = Publisher()
+        # What each agent of this run was told, as its model request recorded it (by
+        # step key; "planner" for the plan): the agent_prompts query.
+        self._prompts: dict[str, AgentPrompt] = {}
 
     @workflow.run
     async def run(self, start: StartOrchestration) -> OrchestrationView:
@@ -224,19 +231,16 @@ class Orchestration:
         if problems := state.plan_problems(decision):
             state.refuse_plan(problems, workflow.now())
             return
-        verdict = await workflow.execute_activity_method(
-            OrchestrationActivities.verify_plan,
+        problems = await self._check_plan(
             VerifyPlanRequest(
                 working_dir=self._working_dir,
                 goal=state.issue.title,
                 text="\n".join([decision.reasoning, *(s.reason for s in decision.steps)]),
                 claimed_files=state.claimed_files(),
-            ),
-            start_to_close_timeout=_SHORT,
-            retry_policy=_RETRY,
+            )
         )
-        if verdict.problems:
-            state.refuse_plan(verdict.problems, workflow.now())
+        if problems:
+            state.refuse_plan(problems, workflow.now())
             return
         state.set_plan(decision, workflow.now(), model=model, usage=usage)
 
@@ -270,32 +274,51 @@ class Orchestration:
         self, agent: str, model: str, step: StepRecord | None
     ) -> tuple[AgentOutput, StepUsage]:
         state = self._ready()
+        req = AgentPromptRequest(
+            agent=agent, sections=state.context(step), working_dir=self._working_dir
+        )
+        max_tokens = state.profile.max_agent_output_tokens
+        if workflow.patched(_ONE_ACTIVITY_STEP):
+            answer = await ask_llm_agent(req, model=model, max_tokens=max_tokens)
+            if answer.prompt is not None:
+                self._prompts[step.key if step is not None else "planner"] = answer.prompt
+            return answer.output, answer.usage
         prompt = await workflow.execute_activity(
-            render_agent_prompt,
-            AgentPromptRequest(
-                agent=agent, sections=state.context(step), working_dir=self._working_dir
-            ),
-            start_to_close_timeout=_SHORT,
-            retry_policy=_RETRY,
+            render_agent_prompt, req, start_to_close_timeout=_SHORT, retry_policy=_RETRY
         )
         return await run_llm_agent(
             agent,
             model=model,
             instructions=prompt.instructions,
             prompt=prompt.prompt,
-            max_tokens=state.profile.max_agent_output_tokens,
+            max_tokens=max_tokens,
         )
 
     async def _verify(self, plan: PlanOutput) -> list[str]:
         """What is wrong with the architect's plan against the workspace ([]: nothing)."""
-        verdict = await workflow.execute_activity_method(
-            OrchestrationActivities.verify_plan,
+        return await self._check_plan(
             VerifyPlanRequest(
                 working_dir=self._working_dir, goal=plan.goal, text=plan.plan_markdown
-            ),
-            start_to_close_timeout=_SHORT,
-            retry_policy=_RETRY,
+            )
         )
+
+    async def _check_plan(self, req: VerifyPlanRequest) -> list[str]:
+        """The worker's verdict on a plan: a local activity (no task-queue round trip, and
+        no foreign workflow can ask for one); runs recorded before used a regular one."""
+        if workflow.patched(_ONE_ACTIVITY_STEP):
+            verdict = await workflow.execute_local_activity_method(
+                OrchestrationActivities.verify_plan,
+                req,
+                start_to_close_timeout=_SHORT,
+                retry_policy=_RETRY,
+            )
+        else:
+            verdict = await workflow.execute_activity_method(
+                OrchestrationActivities.verify_plan,
+                req,
+                start_to_close_timeout=_SHORT,
+                retry_policy=_RETRY,
+            )
         return list(verdict.problems)
 
     async def _store_if_large(self, key: str, output: AgentOutput) -> str | None:
@@ -350,6 +373,12 @@ class Orchestration:
     def developer_prompt(self) -> DeveloperPrompt:
         """The open developer session, its spec and what its coding agent is told."""
         return self._state.sessions.prompt() if self._state else DeveloperPrompt()
+
+    @workflow.query
+    def agent_prompts(self) -> dict[str, AgentPrompt]:
+        """What each LLM agent of this run was told (instructions and user message), by
+        step key (``planner`` for the plan), as its model request recorded it."""
+        return dict(self._prompts)
 
     @workflow.query
     def history(self) -> list[HistoryEntry]:

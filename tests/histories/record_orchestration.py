@@ -30,6 +30,11 @@ developer's child session) to ``tests/histories/orchestration_runs/`` as
   developer, and the reviewer asks for a replan; the new plan's developer and
   reviewer (who approves) finish it;
 - ``failed``: the analyst never answers validly and no replan is left: the run fails;
+- ``prompt_in_request``: an LLM planner (scripted) plans analyst, architect,
+  developer, reviewer; each agent's prompt is rendered in its model request and the
+  plans are checked by a local activity (patch ``orchestration-one-activity-step``);
+  the analyst's first answer does not validate (sent back without the recorded
+  prompt, answered again); one run, approved;
 - ``mcp_developer``: the rules planner on a typo, a developer in ``mode: mcp`` (its
   prompt rendered before the session starts, patch
   ``orchestration-mcp-developer-prompt``) whose session the recorder drives as an
@@ -157,6 +162,8 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
         REVIEW_OK,
     ],
     "rec-analyst-invalid": [INVALID],
+    "rec-planner-once": [_plan("analyst", "architect", "developer", "reviewer")],
+    "rec-analyst-retry-once": [INVALID, _analysis()],
 }
 
 
@@ -325,6 +332,21 @@ async def record_llm_planner(client: Client, root: Path) -> None:
         assert {"developer_0", "developer_1", "reviewer_1"} <= set(done), done
         assert len(view.child_sessions) == 2, view.child_sessions
         await save_chain(client, "llm_planner", "orch-llm-planner")
+
+
+async def record_prompt_in_request(client: Client, root: Path) -> None:
+    async with unsigned_worker(client, root) as settings:
+        models = {
+            "planner": "test:rec-planner-once",
+            "analyst": "test:rec-analyst-retry-once",
+            "architect": "test:rec-architect",
+            "reviewer": "test:rec-reviewer",
+        }
+        profile = Profile(working_dir=_workdir(root, "prompt"), models=models, developer=DEVELOPER)
+        view = await run(client, settings, "orch-prompt-in-request", FEATURE, profile)
+        assert view is not None and view.status == "completed", view
+        assert view.plan.replanned_count == 0 and view.usage.requests == 5, view
+        await save_chain(client, "prompt_in_request", "orch-prompt-in-request")
 
 
 async def record_failed(client: Client, root: Path) -> None:
@@ -526,6 +548,7 @@ SCENARIOS: dict[str, Callable[[Client, Path], Awaitable[None]]] = {
     "gates": record_gates,
     "mcp_developer": record_mcp_developer,
     "planner_unreachable": record_planner_unreachable,
+    "prompt_in_request": record_prompt_in_request,
 }
 
 

@@ -6,7 +6,9 @@ cover the rules planner with a developer's child session, replans by
 continue-as-new (every run of the chain), signed approval and escalation gates, a
 person's signed replan request, a developer session approved with a signature, an
 LLM planner whose analyst's first answer did not validate and whose reviewer asked
-for a replan, and a failed run. Every plan has a developer followed by a reviewer. They replay with the worker's own workflow list, data
+for a replan, a failed run, and a run whose agents' prompts were rendered in their
+model requests and whose plans a local activity checked (one activity per step).
+Every plan has a developer followed by a reviewer. They replay with the worker's own workflow list, data
 converter and ``PydanticAIPlugin``, so the agents' model-request activities
 resolve as they do on a worker. A workflow change that is not replay-safe fails
 here (the mutant test proves this test can fail).
@@ -100,6 +102,7 @@ def test_the_recorded_scenarios_are_all_there():
         "mcp_developer",
         "mcp_developer_child",
         "planner_unreachable",
+        "prompt_in_request",
     }
     assert expected <= names, (
         f"missing {expected - names}: run tests/histories/record_orchestration.py"
@@ -111,6 +114,7 @@ def test_the_recorded_scenarios_are_all_there():
     [
         ("mcp_developer", "orchestration-mcp-developer-prompt"),
         ("planner_unreachable", "orchestration-planner-configuration-fails"),
+        ("prompt_in_request", "orchestration-one-activity-step"),
     ],
 )
 def test_the_patched_paths_have_a_recorded_history(scenario: str, patch: str):
@@ -169,11 +173,17 @@ def test_the_histories_cover_what_they_claim():
     assert shape["failed"]["workflow_execution_failed"] == 1
     assert shape["failed"]["child"] == 0
     assert "no replans left" in _failure(load(_path("failed")))
+    # One activity per LLM step: no render activity (the model request renders), the
+    # analyst's invalid answer sent back once, the plans checked by local activities.
+    one = shape["prompt_in_request"]
+    assert one["render_agent_prompt"] == 1, one  # the developer's prompt only
+    assert one["agent__phasegate_analyst__model_request"] == 2, one
+    assert one["verify_plan"] == 0 and one["local_activity"] == 2, one
 
 
 _NAMES = (
     "trivial_rules", "replan_run1", "replan_run2", "gates_run1", "gates_run2",
-    "gates_child", "llm_planner_run1", "llm_planner_run2", "failed",
+    "gates_child", "llm_planner_run1", "llm_planner_run2", "failed", "prompt_in_request",
 )  # fmt: skip
 
 
@@ -191,6 +201,8 @@ def _shape(history: WorkflowHistory) -> collections.Counter[str]:
             seen[ev.activity_task_scheduled_event_attributes.activity_type.name] += 1
         elif kind == "start_child_workflow_execution_initiated":
             seen["child"] += 1
+        elif ev.marker_recorded_event_attributes.marker_name == "core_local_activity":
+            seen["local_activity"] += 1
         else:
             seen[kind] += 1
     return seen
