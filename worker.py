@@ -37,7 +37,12 @@ from typing import Any, Self
 
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import (
+    PollerBehaviorAutoscaling,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from phasegate.activities._verify_local import LocalChecks
@@ -325,6 +330,8 @@ def _main_worker(
         plugins=[PydanticAIPlugin(), models.plugin(), prompts.plugin()],
         interceptors=[caller_check(client, settings)],
         workflow_runner=workflow_runner(settings),
+        workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
+        activity_task_poller_behavior=PollerBehaviorAutoscaling(),
     )
 
 

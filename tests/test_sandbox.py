@@ -18,12 +18,8 @@ from typing import Any
 import pytest
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-
-from phasegate.domain.settings import Settings
-from phasegate.testing import make_settings
-from phasegate.worker import workflow_runner
 from test_orchestration import (
-    test_trivial_fix_runs_developer_then_reviewer_with_the_rules_planner as test_orchestration_in_sandbox,  # noqa: E501
+    test_trivial_fix_runs_developer_then_reviewer_with_the_rules_planner as test_orchestration_in_sandbox,
 )
 from test_step_graph import graphs  # noqa: F401 - the fixture the graph tests take
 from test_step_graph import (
@@ -38,6 +34,10 @@ from test_task_state import (
 from test_testing import (
     test_scripted_agent_walks_every_shipped_workflow as test_shipped_workflows_in_sandbox,
 )
+
+from phasegate.domain.settings import Settings
+from phasegate.testing import make_settings
+from phasegate.worker import workflow_runner
 
 __all__ = [
     "test_graph_handlers_in_sandbox",

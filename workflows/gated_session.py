@@ -87,6 +87,8 @@ _CHECKS_HERE = "verify-reads-on-session-worker"
 # payload off the advance's path, which a render in the checks' activity cannot).
 _RENDER_WITH_CHECKS = "render-with-reading-checks"
 _RENDER_WITH_CHECKS_UNPREFETCHED = "render-with-reading-checks-v2"
+# The definition loads as a local activity of the session's worker.
+_LOAD_HERE = "load-on-session-worker"
 _VERIFY_RETRY = RetryPolicy(maximum_attempts=2, non_retryable_error_types=[VerifyInvalid.code])
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
@@ -123,6 +125,27 @@ class GatedSession:
 
     # ---- run -----------------------------------------------------------
 
+    async def _load(self, start: StartSession) -> SessionPlan:
+        """The session's plan, loaded on this worker (a local activity: no task-queue round
+        trip and no second workflow task before the session is ready, and no other poller
+        of the task queue can answer it), or on the task queue in histories from before."""
+        req = LoadSessionRequest(
+            workflow_type=start.workflow_type, target=start.target, options=start.options
+        )
+        if workflow.patched(_LOAD_HERE):
+            return await workflow.execute_local_activity_method(
+                DefinitionActivities.load_session,
+                req,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=_RENDER_RETRY,
+            )
+        return await workflow.execute_activity_method(
+            DefinitionActivities.load_session,
+            req,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=_RENDER_RETRY,
+        )
+
     def _restore(self, carried: object) -> None:
         self._state = SessionState.from_carry(carried, workflow.info().run_id)
 
@@ -142,14 +165,7 @@ class GatedSession:
                 )
             )
         if self._state is None:
-            plan: SessionPlan = await workflow.execute_activity_method(
-                DefinitionActivities.load_session,
-                LoadSessionRequest(
-                    workflow_type=start.workflow_type, target=start.target, options=start.options
-                ),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=_RENDER_RETRY,
-            )
+            plan = await self._load(start)
             now = workflow.now()
             self._state = SessionState(
                 workflow_type=start.workflow_type,

@@ -300,7 +300,23 @@ async def task_state(pg: PhasegateClient, home: str) -> None:
     await _save(pg, sid, "task_state_continued")
 
 
+async def load_here(pg: PhasegateClient, home: str) -> None:
+    """The definition loaded as a local activity of the session's worker
+    (load-on-session-worker): a static walk with a rejection, an approval and completion."""
+    sid = await pg.start("mini_v1", home, session_id="load-here")
+    await pg.submit(sid, 0, {"modules_found": 0})
+    await pg.submit(sid, 0, GOOD_0, submission_id="a")
+    await pg.submit(sid, 1, {"plan": "first plan"})
+    await pg.decide(sid, approver="alice", decision="reject", comment="more")
+    await pg.submit(sid, 1, {"plan": "second plan"})
+    await pg.decide(sid, approver="alice", decision="approve")
+    await pg.submit(sid, 2, {"tests_run": 2, "tests_passed": 2, "coverage": 10})
+    await pg.result(sid)
+    await _save(pg, sid, "load_here")
+
+
 SCENARIOS = {
+    "load-here": load_here,
     "task-state": task_state,
     "carry-proof": carry_proof,
     "verify-here": verify_here,
