@@ -370,6 +370,8 @@ class SealingPayloadConverter(PydanticPayloadConverter):
             found = super().from_payloads([payload], [SealedPhase])[0]
         except Exception as exc:  # noqa: BLE001 - anything unreadable is only "not opened"
             found = SealedPhase(problem=f"not a sealed phase ({type(exc).__name__})")
+        if not isinstance(found, SealedPhase):  # e.g. a null payload
+            found = SealedPhase(problem="not a sealed phase")
         if self.ring is not None and not found.problem:
             found.problem = "an unsealed prefetch where the worker holds a seal key: refused"
         return found

@@ -68,8 +68,7 @@ async def prefetched(task: Prefetching, index: int) -> PhaseDefinition | None:
         return None
     if not isinstance(found, SealedPhase):
         return found
-    info = workflow.info()
-    phase = found.opened_for(info.namespace, info.workflow_id, index)
+    phase = found.opened_for(workflow.info().workflow_id, index)
     if phase is None:
         workflow.logger.warning("prefetch of phase %d not taken: %s", index, found.refusal())
     return phase

@@ -50,12 +50,13 @@ class SealedPhase(BaseModel):
         self._opened_with = kid
         return self
 
-    def opened_for(self, namespace: str, workflow_id: str, index: int) -> PhaseDefinition | None:
-        """The phase, if it was sealed by a key holder for this session's phase ``index``;
-        else None (the session renders the phase itself)."""
+    def opened_for(self, workflow_id: str, index: int) -> PhaseDefinition | None:
+        """The phase, if it was sealed by a key holder for phase ``index`` of session
+        ``workflow_id``; else None (the session renders the phase itself). The namespace is
+        not compared: the SDK's replayer runs histories under a namespace of its own."""
         if self._opened_with is None or self.phase is None:
             return None
-        if (self.namespace, self.workflow_id) != (namespace, workflow_id):
+        if self.workflow_id != workflow_id:
             return None  # sealed for another session: a replayed payload
         if self.index != index or self.phase.index != index:
             return None  # another phase of this session
