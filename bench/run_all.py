@@ -11,6 +11,7 @@ BENCHES = [
     ["advance_latency.py"],
     ["advance_latency.py", "--no-prefetch", "--phases", "120"],
     ["shipped_advance.py"],
+    ["sealed_prefetch.py"],
     ["parse_render.py"],
     ["verify_latency.py"],
     ["rag_bench.py"],

@@ -68,6 +68,7 @@ class CodecServer:
     @property
     def endpoint(self) -> str:
         host, port = self._server.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else str(host)
         shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
         return f"http://{shown}:{port}/{self.token}"
 
