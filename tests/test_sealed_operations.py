@@ -237,3 +237,12 @@ async def test_codec_server_round_trip(env, settings_for, run_worker, tmp_path):
         status, answer = await asyncio.to_thread(_post, f"{codec.endpoint}/decode", body)
     note = json.loads(json_format.Parse(answer, Payloads()).payloads[0].data)
     assert status == 200 and "not_shown" in note and MARK[1] not in answer.decode()
+
+
+async def test_dev_ui_codec_needs_a_ring(env, tmp_path):
+    """``phasegate dev --ui-codec`` without a ring: refused before any server starts."""
+    code, out, err = await _cli(env, tmp_path, "dev", "--ui-codec", "--port", "0", ring=None)
+    assert code == 1 and "Traceback" not in err
+    assert "--ui-codec needs the Web UI and a seal key ring" in err
+    assert "PHASEGATE_SEAL_KEYS=RING phasegate dev --ui-codec" in err
+    assert not (tmp_path / "dev.json").exists()

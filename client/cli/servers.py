@@ -54,6 +54,7 @@ from phasegate.client.cli._common import (
 from phasegate.client.cli._render import TerminalSafeFormatter
 
 if TYPE_CHECKING:
+    from phasegate.client.codec_server import CodecServer
     from phasegate.client.devserver import DevServer
     from phasegate.domain.settings import Settings
 
@@ -73,6 +74,12 @@ def register(sub: Any) -> None:
         metavar="NAME[=PUBKEY]",
         help="the worker accepts approvals signed by this key (repeatable; your key NAME "
         "from `phasegate keys new NAME`), besides PHASEGATE_APPROVER_KEYS",
+    )
+    s.add_argument(
+        "--ui-codec",
+        action="store_true",
+        help="the Web UI shows sealed prefetches (PHASEGATE_SEAL_KEYS): a codec endpoint it "
+        "calls; whoever reaches the UI reads them, so not with an agent on this machine",
     )
     s.set_defaults(func=dev)
     s = sub.add_parser("server", help="run the Temporal dev server in the foreground")
@@ -298,11 +305,13 @@ def _run(args: argparse.Namespace, settings: Settings, *, worker: bool) -> int:
     if not args.headless:
         preferred = int(os.environ.get("PHASEGATE_UI_PORT") or 8233)
         ui_port = choose_port(args.ui_port, preferred, "--ui-port")
+    codec = _ui_codec(settings, ui_port) if getattr(args, "ui_codec", False) else None
     srv = DevServer(
         port=port,
         ui_port=ui_port,
         db=db,
         log_file=str(log),
+        extra=["--ui-codec-endpoint", codec.endpoint] if codec else None,
         log_level=args.log_level,
         owner=name,
     )
@@ -331,8 +340,28 @@ def _run(args: argparse.Namespace, settings: Settings, *, worker: bool) -> int:
             with _signals_ignored():  # another Ctrl-C must not leave the server running
                 remove_dev_file(settings.dev_file)
                 srv.stop()
+                if codec is not None:
+                    codec.stop()
     echo(f"{name}: stopped; sessions stay in {_show(db)}")
     return code
+
+
+def _ui_codec(settings: Settings, ui_port: int | None) -> CodecServer:
+    """The codec endpoint the dev server's Web UI calls to show sealed payloads."""
+    from phasegate.client.codec_server import CodecServer
+    from phasegate.domain.errors import PhasegateError
+    from phasegate.sealing import load_ring
+
+    if ui_port is None or not settings.seal_keys_file:
+        raise PhasegateError(
+            "--ui-codec needs the Web UI and a seal key ring",
+            where="--ui-codec",
+            hint="PHASEGATE_SEAL_KEYS=RING phasegate dev --ui-codec (without --headless)",
+        )
+    origins = [f"http://localhost:{ui_port}", f"http://127.0.0.1:{ui_port}"]
+    codec = CodecServer(load_ring(settings.seal_keys_file), origins=origins).start()
+    echo(f"phasegate dev: the Web UI opens sealed prefetches through {codec.endpoint}")
+    return codec
 
 
 async def _serve(
