@@ -36,7 +36,8 @@ from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.client.codec_server import CodecServer
 from phasegate.domain.errors import PhasegateError, SessionError
-from phasegate.sealing import KeyRing, data_converter, load_ring
+from phasegate.sealing import KeyRing, data_converter, load_ring, parse_ring
+from phasegate.temporal import DATA_CONVERTER
 from phasegate.workflows.gated_session import GatedSession
 
 PREFETCH = "prefetch_sealed_phase"
@@ -246,3 +247,28 @@ async def test_dev_ui_codec_needs_a_ring(env, tmp_path):
     assert "--ui-codec needs the Web UI and a seal key ring" in err
     assert "PHASEGATE_SEAL_KEYS=RING phasegate dev --ui-codec" in err
     assert not (tmp_path / "dev.json").exists()
+
+
+SEALED_HISTORIES = Path(__file__).parent / "histories" / "sealed"
+
+
+@pytest.mark.parametrize("path", sorted(SEALED_HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+async def test_recorded_sealed_histories_replay_with_the_ring(path: Path):
+    """Histories with sealed prefetches (taken, replaced by a rollback's, carried over a
+    continue-as-new) replay with the ring that sealed them, and without it fail saying
+    which key is missing (record_sealed.py records them)."""
+    if path.name == "ring.json":
+        pytest.skip("the ring")
+    ring = parse_ring((SEALED_HISTORIES / "ring.json").read_text(), "tests ring")
+    workflow_id = path.stem.split("--", 1)[1]
+    history = WorkflowHistory.from_json(workflow_id, path.read_text())
+    assert any(
+        p.metadata.get("encoding") == b"binary/phasegate-sealed"
+        for e in history.events
+        for p in e.activity_task_completed_event_attributes.result.payloads
+    )
+    await _replayer(ring).replay_workflow(history)
+    keyless = Replayer(workflows=[GatedSession], data_converter=DATA_CONVERTER)
+    with pytest.raises(Exception) as err:
+        await keyless.replay_workflow(history)
+    assert "no seal key ring" in str(err.value.__cause__ or err.value)
