@@ -45,6 +45,7 @@ from phasegate.domain.errors import (
     SessionNotFound,
 )
 from phasegate.domain.orchestration.agents import Issue, Profile
+from phasegate.domain.orchestration.context import AgentPrompt
 from phasegate.domain.orchestration.developer import id_problems
 from phasegate.domain.orchestration.gates import digest
 from phasegate.domain.orchestration.messages import (
@@ -231,6 +232,13 @@ class OrchestrationClient(BaseClient):
         """The open developer session, its spec and the prompt its coding agent is given
         (query ``developer_prompt``; empty fields when no developer session is open)."""
         return await self._query(orchestration_id, Orchestration.developer_prompt, timeout)
+
+    async def agent_prompts(
+        self, orchestration_id: str, *, timeout: float = 30.0
+    ) -> dict[str, AgentPrompt]:
+        """What each LLM agent of the current run was told, by step key (``planner`` for
+        the plan), as its model request recorded it (query ``agent_prompts``)."""
+        return await self._query(orchestration_id, Orchestration.agent_prompts, timeout)
 
     async def history(self, orchestration_id: str, *, timeout: float = 30.0) -> list[HistoryEntry]:
         """The append-only history: plans, decisions, steps, replans (query ``history``)."""

@@ -2,7 +2,8 @@
 
 Each agent's model-request activity renders the prompt it sends
 (``activities/_prompt_in_request.py``) and records it in its answer; the workflow
-answers the ``agent_prompts`` query from there. Before, the prompt was stored by a
+answers the ``agent_prompts`` query from there (``phasegate orchestrate prompt ID
+--agent KEY`` prints one). Before, the prompt was stored by a
 render activity and sent again in the model request (the instructions twice there).
 A real run on the dev server: an LLM planner, an analyst whose first answer does not
 validate (the conversation goes back to the model), an architect; the developer works
@@ -11,9 +12,11 @@ in ``mcp`` mode, so the run waits there and the test reads what it needs.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +26,9 @@ from pydantic_ai.models.function import AgentInfo
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from phasegate.activities._prompt_in_request import PROMPT_METADATA, RENDER_MARK
+from phasegate.client.cli.orchestrate import _agent_prompt
+from phasegate.client.orchestrations import OrchestrationClient
+from phasegate.domain.errors import PhasegateError
 from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
 from phasegate.domain.orchestration.context import AgentPrompt, prompt_sha256
 from phasegate.workflows import Orchestration
@@ -90,7 +96,7 @@ def as_stored(text: str) -> bytes:
 
 
 async def test_each_llm_step_stores_its_prompt_once_and_an_operator_reads_it(
-    env, settings_for, run_worker, tmp_path: Path
+    env, settings_for, run_worker, tmp_path: Path, capsys
 ):
     told = Told()
     settings = settings_for()
@@ -109,6 +115,12 @@ async def test_each_llm_step_stores_its_prompt_once_and_an_operator_reads_it(
                 await wait_for_output(handle, "architect_0")
                 prompts = await handle.query(Orchestration.agent_prompts)
                 history = await handle.fetch_history()
+                # `phasegate orchestrate prompt ID --agent analyst_0`, in this process
+                cli = SimpleNamespace(args=argparse.Namespace(json=False))
+                oc = OrchestrationClient(env.client, settings.task_queue)
+                assert await _agent_prompt(cli, oc, handle.id, "analyst_0") == 0  # type: ignore[arg-type]
+                with pytest.raises(PhasegateError, match="recorded: planner, analyst_0"):
+                    await _agent_prompt(cli, oc, handle.id, "reviewer_0")  # type: ignore[arg-type]
             finally:
                 await handle.terminate("the test read what it needs")
     assert set(prompts) == {"planner", "analyst_0", "architect_0"}
@@ -127,6 +139,9 @@ async def test_each_llm_step_stores_its_prompt_once_and_an_operator_reads_it(
             assert instructions == prompt.instructions.strip()
             assert users[0] == prompt.prompt and not any(RENDER_MARK in u for u in users)
     assert len(told.seen["analyst"]) == 2  # the invalid answer went back, prompt and all
+    analyst = prompts["analyst_0"]
+    shown = capsys.readouterr().out
+    assert shown == f"{analyst.instructions.rstrip()}\n\n---\n\n{analyst.prompt.rstrip()}\n"
     # The operator's other way in: the model request's result in history (Web UI, CLI).
     assert recorded_in_history(history) == {
         f"agent__phasegate_{key.removesuffix('_0')}__model_request": p.model_dump(mode="json")

@@ -144,9 +144,17 @@ def register(sub: Any) -> None:
     s.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (newest first)")
     s.set_defaults(func=remote(orchestrate_list))
     s = osub.add_parser(
-        "prompt", parents=[JSON], help="what the open developer session's coding agent is told"
+        "prompt",
+        parents=[JSON],
+        help="what the open developer session's coding agent is told (--agent: an LLM agent)",
     )
     s.add_argument("orchestration_id", metavar="ID")
+    s.add_argument(
+        "--agent",
+        metavar="KEY",
+        help="an LLM step's prompt instead: its output key (analyst_0, reviewer_1...) or "
+        "planner, as its model request recorded it in the current run",
+    )
     s.set_defaults(func=remote(prompt))
     s = osub.add_parser("replan", parents=[JSON], help="ask the planner for a new plan")
     s.add_argument("orchestration_id", metavar="ID")
@@ -258,6 +266,8 @@ async def orchestrate_list(ctx: Ctx) -> int:
 async def prompt(ctx: Ctx) -> int:
     oc = _clients(await ctx.client())
     oid = ctx.args.orchestration_id
+    if ctx.args.agent:
+        return await _agent_prompt(ctx, oc, oid, ctx.args.agent)
     got = await oc.developer_prompt(oid)
     if not got.session_id:
         view = await oc.state(oid)
@@ -274,6 +284,26 @@ async def prompt(ctx: Ctx) -> int:
             "its current phase",
         )
     echo(to_json(got) if ctx.args.json else got.prompt)
+    return EXIT_OK
+
+
+async def _agent_prompt(ctx: Ctx, oc: OrchestrationClient, oid: str, key: str) -> int:
+    """An LLM agent's instructions and user message, as its model request recorded them."""
+    prompts = await oc.agent_prompts(oid)
+    got = prompts.get(key)
+    if got is None:
+        recorded = ", ".join(prompts) or "none yet"
+        raise PhasegateError(
+            f"orchestration {oid} has no prompt recorded for {key!r} in its current run "
+            f"(recorded: {recorded})",
+            where="--agent",
+            hint=f"name an LLM step's output key or planner; `phasegate plan show {oid}` lists "
+            "the steps (a run recorded before prompts were kept has none)",
+        )
+    if ctx.args.json:
+        echo(to_json(got))
+    else:
+        echo(f"{got.instructions.rstrip()}\n\n---\n\n{got.prompt.rstrip()}")
     return EXIT_OK
 
 
