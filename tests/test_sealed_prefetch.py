@@ -145,9 +145,10 @@ async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, 
         other = await pg.start(WORKFLOW, str(tmp_path))
         history = await wait_prefetches(env.client, other, 1)
         [forger.genuine] = completed_results(history, "prefetch_sealed_phase")
-    # The session worker runs the workflow and its local render and polls no activity
-    # task: the rogue (the agent's own connection) answers every one on the queue, the
-    # prefetch with a forgery (and load_session truly, so that sessions start).
+    # The session worker runs the workflow and its local activities (the load, the render
+    # at an advance) and polls no activity task: the rogue (the agent's own connection)
+    # answers every one on the queue, the prefetch with a forgery (and load_session truly,
+    # where a session loads it as a regular activity).
     definitions = DefinitionActivities(
         settings.library_paths, settings.home, allow_unsigned_approvals=True, sealed_prefetch=True
     )
@@ -156,7 +157,7 @@ async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, 
             sealing_client(env.client, settings.seal_keys_file),
             task_queue=settings.task_queue,
             workflows=[GatedSession],
-            activities=[definitions.render_phase],
+            activities=[definitions.load_session, definitions.render_phase],  # local
             activity_executor=pool,
             no_remote_activities=True,
         )
