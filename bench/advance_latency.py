@@ -3,7 +3,9 @@ next phase rendered and returned) vs a raw Temporal update on a trivial workflow
 
 Same dev server, same worker process, same run; calls are interleaved (raw,
 advance, raw, advance, ...) so drift hits both alike. Prints p50/p95 of each
-and the ratio. Target: advance p50 <= 1.3x raw p50.
+and the ratio. Target: advance p50 <= 1.3x raw p50; with ``--no-prefetch`` (issue 20)
+<= 1.2x the floor of rendering at the advance, a raw update awaiting one trivial local
+activity, measured in the same run.
 
     .venv/bin/python bench/advance_latency.py [--phases 300]
 """
@@ -151,15 +153,21 @@ async def main(
         f"  submit_checkpoint   p50 {ms(figures['advance_p50'])}   p95 {ms(figures['advance_p95'])}"
         "   (gate + artifact + next phase rendered and returned)"
     )
-    verdict = "OK" if figures["ratio_p50"] <= 1.3 else "OVER TARGET"
-    print(f"  ratio advance/raw p50 = {figures['ratio_p50']:.2f}x  (target <= 1.30x: {verdict})")
-    if local_t:
+    if not local_t:
+        verdict = "OK" if figures["ratio_p50"] <= 1.3 else "OVER TARGET"
+        print(
+            f"  ratio advance/raw p50 = {figures['ratio_p50']:.2f}x  (target <= 1.30x: {verdict})"
+        )
+    else:  # prefetch off: the target is the floor measured in this run (issue 20)
+        print(f"  ratio advance/raw p50 = {figures['ratio_p50']:.2f}x")
         figures["raw_local_p50"] = pct(local_t, 50)
         floor = figures["raw_local_p50"] / figures["raw_p50"]
+        figures["ratio_floor_p50"] = figures["advance_p50"] / figures["raw_local_p50"]
+        verdict = "OK" if figures["ratio_floor_p50"] <= 1.2 else "OVER TARGET"
         print(
             f"  raw update + 1 local activity p50 {ms(figures['raw_local_p50'])}: {floor:.2f}x raw, "
             "the floor for any advance that renders the phase when it is reached; "
-            f"advance = {figures['advance_p50'] / figures['raw_local_p50']:.2f}x that"
+            f"advance = {figures['ratio_floor_p50']:.2f}x that (target <= 1.20x: {verdict})"
         )
     return figures
 
