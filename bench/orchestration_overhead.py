@@ -366,6 +366,7 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
             renders: list[float] = []
             model: list[float] = []
             steps: list[float] = []
+            by_agent: dict[str, list[float]] = {}
             developer: list[float] = []
             planner: list[float] = []
             walls: list[float] = []
@@ -387,6 +388,8 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
                 model += calls[1:]  # analyst, architect, reviewer; the planner's apart
                 planner.append(calls[0])
                 steps += [t for key, t in step.items() if not key.startswith("developer")]
+                for key, t in step.items():
+                    by_agent.setdefault(key.rsplit("_", 1)[0], []).append(t)
                 developer += [t for key, t in step.items() if key.startswith("developer")]
                 walls.append(wall)
                 for key, events in step_slices(hist).items():
@@ -445,6 +448,11 @@ async def main(runs: int, dev_runs: int) -> dict[str, float]:
         f"  LLM step                  p50 {ms(f['step_p50'])}   p95 {ms(f['step_p95'])}   "
         f"({f['activities_per_step']:.2f} activities: the model request (the prompt rendered "
         "in it), the architect's plan check; and the workflow tasks between them)"
+    )
+    print(
+        "  LLM step p50 by agent: "
+        + ", ".join(f"{a} {ms(pct(by_agent[a], 50))}" for a in LLM_STEPS)
+        + " (the analyst's workflow task also decodes the planner's answer)"
     )
     verdict = "met" if f["step_vs_call"] <= TARGET else "NOT met"
     print(
