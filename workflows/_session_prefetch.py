@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.session.sealed import SealedPhase
     from phasegate.domain.session.state import SessionState
 
-__all__ = ["Prefetching", "prefetched", "start_prefetch"]
+__all__ = ["Prefetch", "Prefetching", "prefetched", "start_prefetch"]
 
 Prefetching: TypeAlias = "asyncio.Task[PhaseDefinition | SealedPhase]"
 _RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
@@ -72,3 +72,31 @@ async def prefetched(task: Prefetching, index: int) -> PhaseDefinition | None:
     if phase is None:
         workflow.logger.warning("prefetch of phase %d not taken: %s", index, found.refusal())
     return phase
+
+
+class Prefetch:
+    """A session's one background render at a time: which phase, and its task. Private
+    to the workflow: no query, result or error ever reads it."""
+
+    def __init__(self) -> None:
+        self._task: Prefetching | None = None
+        self._index = -1
+
+    def covers(self, index: int) -> bool:
+        """Phase ``index`` is the one prefetched (or being prefetched)."""
+        return self._index == index
+
+    def start(self, state: SessionState, index: int) -> None:
+        self._index = index
+        self._task = start_prefetch(state, index)  # sealed where the deployment seals
+
+    def pending(self) -> bool:
+        """A prefetch is still running (its result comes in a workflow task of its own)."""
+        return self._task is not None and not self._task.done()
+
+    async def take(self, index: int) -> PhaseDefinition | None:
+        """Phase ``index`` if it was prefetched and may be taken (see :func:`prefetched`);
+        None at once otherwise."""
+        if self._task is None or self._index != index:
+            return None
+        return await prefetched(self._task, index)

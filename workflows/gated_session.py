@@ -74,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready, refuse
     from phasegate.workflows._metrics import advanced
     from phasegate.workflows._session_deadlines import Deadlines
-    from phasegate.workflows._session_prefetch import Prefetching, prefetched, start_prefetch
+    from phasegate.workflows._session_prefetch import Prefetch
     from phasegate.workflows._session_tasks import TaskDesk
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
@@ -112,8 +112,7 @@ class GatedSession:
         self._messages_this_run = 0
         # Background render of the next phase (see SessionOptions.prefetch). Private:
         # no query, result or error ever reads it.
-        self._prefetch: Prefetching | None = None
-        self._prefetch_index = -1
+        self._prefetch = Prefetch()
         self._publisher = Publisher()
         self._deadlines = Deadlines(self)
         self._tasks = TaskDesk(self)
@@ -377,13 +376,9 @@ class GatedSession:
         checked, self._checked_next = self._checked_next, None
         if checked is not None and checked.index == index:
             return checked  # rendered by the checks' local activity
-        if (
-            not state.is_last_phase()
-            and self._prefetch is not None
-            and self._prefetch_index == index
-        ):
-            # None: failed, or sealed and not opened; rendered below, errors reported there
-            next_phase = await prefetched(self._prefetch, index)
+        if not state.is_last_phase():
+            # None: none, failed, or sealed and not opened; rendered below (errors reported)
+            next_phase = await self._prefetch.take(index)
         if not state.is_last_phase() and next_phase is None:
             try:
                 next_phase = await workflow.execute_local_activity_method(
@@ -411,12 +406,11 @@ class GatedSession:
         index = state.current.index + 1
         if not state.options.prefetch or state.finished or index >= state.total_phases:
             return
-        if self._prefetch_index == index:
+        if self._prefetch.covers(index):
             return
         if self._checks_here and self._renders_with_checks():
             return  # rendered with the checks, once they pass (see _verify)
-        self._prefetch_index = index
-        self._prefetch = start_prefetch(state, index)  # sealed where the deployment seals
+        self._prefetch.start(state, index)
 
     def _renders_with_checks(self) -> bool:
         """The checks' local activity renders the phase a passing checkpoint enters."""
@@ -576,7 +570,7 @@ class GatedSession:
         """Deferred search attributes are due once the prefetch has come back."""
         state = self._ready()
         stale = self._publisher.stale(state.workflow_type, state.current.index, state.status)
-        return stale and (self._prefetch is None or self._prefetch.done())
+        return stale and not self._prefetch.pending()
 
     def _publish(self, *, defer_search_attributes: bool = False) -> None:
         """Keep search attributes and the Web UI's current details in step with state.
@@ -586,7 +580,7 @@ class GatedSession:
         """
         state = self._ready()
         self._publisher.details(details_markdown(state))
-        if defer_search_attributes and self._prefetch is not None and not self._prefetch.done():
+        if defer_search_attributes and self._prefetch.pending():
             return
         self._publisher.attributes(state.workflow_type, state.current.index, state.status)
 
