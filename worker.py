@@ -227,6 +227,10 @@ def build_worker(
     return PhasegateWorkers(workers, owned)
 
 
+WORKFLOW_TASKS_AT_ONCE = 32
+"""Workflow tasks the main worker holds at once (each gets a thread while it runs)."""
+
+
 def workflow_runner(settings: Settings) -> WorkflowRunner:
     """How this worker runs workflow code: directly (the default), or in the SDK's sandbox
     (``PHASEGATE_WORKFLOW_SANDBOX=1``).
@@ -330,8 +334,14 @@ def _main_worker(
         plugins=[PydanticAIPlugin(), models.plugin(), prompts.plugin()],
         interceptors=[caller_check(client, settings)],
         workflow_runner=workflow_runner(settings),
+        # Pollers follow the backlog (a fixed 5 left one on the non-sticky queue, where
+        # every new session's first task waits). Workflow tasks in hand at once are
+        # capped: they run one at a time under the GIL anyway, and the SDK's default (a
+        # thread each, up to 500) let a burst of new sessions starve one activation past
+        # the 2 s deadlock detector, failing its workflow task.
         workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
         activity_task_poller_behavior=PollerBehaviorAutoscaling(),
+        max_concurrent_workflow_tasks=WORKFLOW_TASKS_AT_ONCE,
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from temporalio import activity
 
+from phasegate.activities._git_head import git_head
 from phasegate.activities._phase_render import (
     render_static_phase,
     session_context,
@@ -300,7 +300,7 @@ class DefinitionActivities:
             static_phase_count=static_count,
             snapshot_id=snapshot_id,
             spec_source=spec_source,
-            base_commit=_git_head(req.target),
+            base_commit=git_head(req.target),
             interface=req.options.interface,
         )
         if workflow_uses_commands(wf):
@@ -536,23 +536,6 @@ class DefinitionActivities:
                 spec_index=spec_index,
             ),
         )
-
-
-def _git_head(target: str) -> str | None:
-    """git HEAD of ``target`` when it is a directory inside a git work tree, else None."""
-    if not target or not os.path.isdir(target):
-        return None
-    try:
-        out = subprocess.run(
-            ["git", "-C", target, "rev-parse", "--verify", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def _approver_keys(meta: Any, wf: WorkflowDir) -> list[ApproverKey]:

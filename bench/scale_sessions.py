@@ -34,6 +34,7 @@ from baseline import RawUpdateWorkflow
 from temporalio.client import Client
 
 from phasegate.client.api import PhasegateClient
+from phasegate.domain.session.messages import PhaseView
 from phasegate.domain.settings import Settings
 from phasegate.temporal import SHIPPED_LIBRARY, connect
 from phasegate.testing import ScriptedAgent, known_good, workspace_for
@@ -77,18 +78,22 @@ async def ready_span(client: Client, sids: list[str]) -> float:
     last one's first search-attribute upsert (it upserts once loaded and rendered)."""
     first: list[float] = []
     ready: list[float] = []
+    failed: list[str] = []
 
     async def one(sid: str) -> None:
         async for event in client.get_workflow_handle(sid).fetch_history_events():
             when = event.event_time.ToDatetime().timestamp()
             if event.HasField("workflow_execution_started_event_attributes"):
                 first.append(when)
+            elif event.HasField("workflow_task_failed_event_attributes"):
+                failed.append(sid)
             elif event.HasField("upsert_workflow_search_attributes_event_attributes"):
                 ready.append(when)
                 return
 
     await in_batches(len(sids), lambda i: one(sids[i]))
     assert len(ready) == len(sids), f"{len(sids) - len(ready)} sessions never got ready"
+    print(f"  failed workflow tasks before ready: {len(failed)}", flush=True)
     return max(ready) - min(first)
 
 
@@ -132,7 +137,8 @@ async def main(sessions: int, probes: int) -> None:
             )  # fmt: skip
             print(f"  started {sessions} raw workflows", flush=True)
 
-            view = await pgs[0].phase(sids[0])
+            view = await pgs[0].phase(sids[0])  # all sessions are alike: one view
+            assert isinstance(view, PhaseView), view
             evidence = ScriptedAgent(pgs[0], known_good(WORKFLOW)).evidence_for(view)
             raw_t: list[float] = []
             sub_t: list[float] = []
