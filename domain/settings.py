@@ -9,13 +9,11 @@ set, everything points at the embedded dev server on localhost and the
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
@@ -23,11 +21,24 @@ from pydantic import (
     model_validator,
 )
 
+from phasegate.domain.agent_settings import (
+    AGENT_NAME,
+    CLAUDE_ALLOWED_TOOLS,
+    CODING_AGENT_BASE_ENV,
+    CODING_AGENT_ENV,
+    DEVELOPER_COMMANDS,
+    PROVIDER_NAME,
+    RESERVED_PROVIDERS,
+    CodingAgent,
+    ProviderConfig,
+    check_agent_env,
+)
 from phasegate.domain.commands import CommandRefused, parse_allowlist, split_command
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.orchestration.agents import AgentName
 
 __all__ = [
+    "CLAUDE_ALLOWED_TOOLS",
     "CODING_AGENT_BASE_ENV",
     "CODING_AGENT_ENV",
     "DEVELOPER_COMMANDS",
@@ -39,48 +50,6 @@ __all__ = [
     "Settings",
     "verify_task_queue",
 ]
-
-# What a shipped coding agent may do unattended: the gated session's commands and the
-# workspace's files, nothing else (no other shell command, no `phasegate approve`).
-CLAUDE_ALLOWED_TOOLS = (
-    "Bash(phasegate status:*),Bash(phasegate phase:*),Bash(phasegate task:*),"
-    "Bash(phasegate submit:*),Bash(phasegate spec parse:*),Read,Edit,Write,Glob,Grep"
-)
-
-# Coding agents a worker runs by default (Settings.developer_commands).
-DEVELOPER_COMMANDS: dict[str, list[str]] = {
-    "claude": ["claude", "--allowedTools", CLAUDE_ALLOWED_TOOLS, "-p", "{prompt}"],
-    # workspace-write: edits in the workspace only; network for the phasegate CLI's
-    # Temporal connection; exec never asks for an approval nobody is there to give.
-    "codex": [
-        "codex",
-        "exec",
-        "--sandbox",
-        "workspace-write",
-        "-c",
-        "sandbox_workspace_write.network_access=true",
-        "-c",
-        "allow_login_shell=false",  # a login shell would reset PATH (no phasegate on it)
-        "--skip-git-repo-check",
-        "{prompt}",
-    ],
-    # phasegate's scripted coding agent: walks the session honestly (demo and tests)
-    "scripted": ["{python}", "-m", "phasegate.agents.scripted", "{prompt}"],
-}
-
-CODING_AGENT_ENV: dict[str, list[str]] = {
-    "claude": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
-    "codex": ["OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_HOME"],
-}
-"""Variables a well-known coding agent needs from the worker's environment, by agent
-name or program name (``claude``, ``codex``): what an entry that declares no ``env``
-gets, so a ``PHASEGATE_DEVELOPER_COMMANDS`` written as name -> argv keeps working."""
-
-CODING_AGENT_BASE_ENV = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_*", "TERM", "TMPDIR", "TZ", "SHELL",
-)  # fmt: skip
-"""What every coding agent gets from the worker's environment (``LC_*``: each locale
-variable), besides what phasegate sets for it and what its entry declares."""
 
 TASK_QUEUE = "phasegate"
 
@@ -100,95 +69,6 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "PhasegateStatus": "Keyword",
 }
 """Custom search attributes phasegate upserts, name -> Temporal type."""
-
-
-RESERVED_PROVIDERS = frozenset({"openai", "anthropic", "demo", "test", "rules"})
-"""Model-id prefixes phasegate reads itself; a configured provider takes another name."""
-
-_PROVIDER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\*?")
-_AGENT_NAME = r"^[a-z0-9][a-z0-9_-]{0,31}$"
-
-
-def _check_agent_env(names: list[str]) -> list[str]:
-    """Variable names a coding agent may get (``NAME`` or a prefix ``NAME_*``); never the
-    worker's own ``PHASEGATE_*`` settings (approver keys, roots, switches)."""
-    for name in names:
-        if not _ENV_PATTERN.fullmatch(name):
-            raise ValueError(
-                f"{name!r} is not an environment variable name: use NAME or a prefix such "
-                "as TEMPORAL_TLS_* (letters, digits and _, then at most one trailing *)"
-            )
-        if name.upper().startswith("PHASEGATE"):
-            raise ValueError(
-                f"{name!r}: PHASEGATE_* variables are the worker's own settings and never "
-                "reach a coding agent (phasegate sets PHASEGATE_SESSION and "
-                "PHASEGATE_TASK_QUEUE itself); remove it from env"
-            )
-    return names
-
-
-class CodingAgent(BaseModel):
-    """One coding agent a worker runs: its command and the variables it needs.
-
-    The agent's environment is built, never inherited: :data:`CODING_AGENT_BASE_ENV`,
-    what phasegate sets (``PHASEGATE_SESSION``, ``PHASEGATE_TASK_QUEUE``,
-    ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``) and the worker's values of ``env``.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    command: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
-        min_length=1, max_length=64, description="argv; {prompt}, {session_id}, {python} filled in."
-    )
-    env: list[str] = Field(
-        default_factory=list,
-        max_length=64,
-        description="Variables passed from the worker's environment: names, or prefixes "
-        "ending in * (e.g. ANTHROPIC_API_KEY, TEMPORAL_TLS_*).",
-    )
-
-    @field_validator("env")
-    @classmethod
-    def _check_env(cls, value: list[str]) -> list[str]:
-        return _check_agent_env(value)
-
-
-class ProviderConfig(BaseModel):
-    """An OpenAI-compatible model server (Ollama, vLLM, a gateway), named in model ids
-    as ``NAME:MODEL`` (e.g. ``ollama:llama3.1``).
-
-    Only the *name* of the variable that holds the API key is configured: the key stays
-    in the worker's environment and never reaches a workflow or an activity payload.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    base_url: str = Field(
-        description="The server's OpenAI API root, e.g. http://localhost:11434/v1 (Ollama)."
-    )
-    api_key_env: str | None = Field(
-        None,
-        description="Environment variable holding the API key; unset for servers that "
-        "need none (a local Ollama).",
-    )
-
-    @field_validator("base_url")
-    @classmethod
-    def _check_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("base_url must start with http:// or https://")
-        return value.rstrip("/")
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _check_env(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.fullmatch(value):
-            raise ValueError(
-                "api_key_env names an environment variable (e.g. VLLM_API_KEY), not the key itself"
-            )
-        return value
 
 
 class Settings(BaseModel):
@@ -333,7 +213,7 @@ class Settings(BaseModel):
     )
 
     developer_commands: dict[
-        Annotated[str, StringConstraints(pattern=_AGENT_NAME)],
+        Annotated[str, StringConstraints(pattern=AGENT_NAME)],
         Annotated[list[Annotated[str, StringConstraints(max_length=4096)]], Field(min_length=1)],
     ] = Field(
         default_factory=lambda: dict(DEVELOPER_COMMANDS),
@@ -356,7 +236,7 @@ class Settings(BaseModel):
         "Temporal TLS / API key variables unless declared).",
     )
     developer_env: dict[
-        Annotated[str, StringConstraints(pattern=_AGENT_NAME)],
+        Annotated[str, StringConstraints(pattern=AGENT_NAME)],
         Annotated[list[str], Field(max_length=64)],
     ] = Field(
         default_factory=dict,
@@ -419,7 +299,7 @@ class Settings(BaseModel):
     @classmethod
     def _check_developer_env(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
         for names in value.values():
-            _check_agent_env(names)
+            check_agent_env(names)
         return value
 
     @model_validator(mode="after")
@@ -448,7 +328,7 @@ class Settings(BaseModel):
     @classmethod
     def _check_providers(cls, value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
         for name in value:
-            if name in RESERVED_PROVIDERS or not _PROVIDER_NAME.fullmatch(name):
+            if name in RESERVED_PROVIDERS or not PROVIDER_NAME.fullmatch(name):
                 raise ValueError(
                     f"provider name {name!r} must be 1-32 lowercase letters, digits, _ or -, "
                     f"and not one of {', '.join(sorted(RESERVED_PROVIDERS))}"

@@ -193,12 +193,13 @@ async def test_reading_checks_run_on_the_session_worker(
         assert passed.passed and [r.passed for r in passed.verify] == [True, True]
         assert passed.next_phase is not None and passed.next_phase.phase == 1
         scheduled, local = _activities(await pg.handle(sid).fetch_history())
+        # The definition loads on the session's worker too (load-on-session-worker).
         if prefetch:  # phases 1 and 2 prefetched; the checks alone run here
-            assert [name for name, _ in scheduled] == ["load_session", *["render_phase"] * 2]
-            assert local == ["run_checks_here"] * 2
+            assert [name for name, _ in scheduled] == ["render_phase"] * 2
+            assert local == ["load_session", *["run_checks_here"] * 2]
         else:  # phase 1 rendered by the checks that let the session enter it
-            assert [name for name, _ in scheduled] == ["load_session"]
-            assert local == ["check_and_render_here"] * 2
+            assert [name for name, _ in scheduled] == []
+            assert local == ["load_session", *["check_and_render_here"] * 2]
         mixed = await pg.submit(sid, 1, {"done": True})  # a command: the verify queue
         assert mixed.passed and [r.name for r in mixed.verify] == ["notes", "quick"]
         scheduled, local = _activities(await pg.handle(sid).fetch_history())
@@ -231,8 +232,8 @@ async def test_a_session_worker_without_checks_sends_reading_checks_to_the_verif
     # Asked once this run (the answer, None, is kept); phases 1 and 2 prefetched, or,
     # without prefetch, rendered at their advances.
     if prefetch:
-        assert local == ["run_checks_here"]
+        assert local == ["load_session", "run_checks_here"]
         assert [name for name, _ in scheduled].count("render_phase") == 2
     else:
-        assert local == ["check_and_render_here", "render_phase", "render_phase"]
+        assert local == ["load_session", "check_and_render_here", "render_phase", "render_phase"]
         assert [name for name, _ in scheduled].count("render_phase") == 0
