@@ -36,10 +36,12 @@ Operators read sealed payloads with the key: ``phasegate history`` in a shell th
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
 import stat
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,12 +49,18 @@ from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
-from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.converter import DataConverter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    EncodingPayloadConverter,
+    JSONPlainPayloadConverter,
+)
 
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.session.messages import PhaseDefinition
@@ -324,6 +332,45 @@ def reveal(ring: KeyRing | None, payload: Payload) -> Payload:
 # ---------------------------------------------------------------- the data converter
 
 
+@functools.lru_cache(maxsize=1024)
+def _adapter(hint: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(hint)
+
+
+class _SharedAdaptersJSON(PydanticJSONPlainPayloadConverter):
+    """pydantic's JSON converter with one ``TypeAdapter`` cache for the process.
+
+    The SDK builds a payload converter per workflow instance, each with its own cache, so
+    every orchestration rebuilt pydantic-ai's ``ModelResponse`` adapter on its first
+    model answer (40-55 ms holding the GIL, and again on every replay)."""
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        hint: Any = type_hint if type_hint is not None else Any
+        try:
+            adapter = _adapter(hint)
+        except TypeError:
+            try:
+                hash(hint)
+            except TypeError:  # an unhashable hint: no cache
+                adapter = TypeAdapter(hint)
+            else:
+                raise
+        return adapter.validate_json(payload.data)
+
+
+def _json_converter() -> EncodingPayloadConverter:
+    """The JSON converter: pydantic-ai's where this process runs its agents (a worker has
+    imported its Temporal plugin), which decodes the agents' journal with the validation
+    context pydantic-ai expects and memoizes adapters; elsewhere (a CLI, which must not pay
+    pydantic-ai's import) :class:`_SharedAdaptersJSON`. pydantic-ai's plugin keeps a
+    converter that subclasses the pydantic one as it is, so this is where its choice is
+    made for phasegate's."""
+    durable = sys.modules.get("pydantic_ai.durable_exec.temporal")
+    if durable is not None:
+        return durable.PydanticAIPayloadConverter().converters[b"json/plain"]
+    return _SharedAdaptersJSON()
+
+
 class SealingPayloadConverter(PydanticPayloadConverter):
     """The pydantic converter, sealing :class:`SealedPhase` values with :attr:`ring`.
 
@@ -333,6 +380,16 @@ class SealingPayloadConverter(PydanticPayloadConverter):
     """
 
     ring: ClassVar[KeyRing | None] = None
+
+    def __init__(self) -> None:
+        shared = _json_converter()
+        CompositePayloadConverter.__init__(
+            self,
+            *(
+                shared if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            ),
+        )
 
     def to_payloads(self, values: Sequence[Any]) -> list[Payload]:
         if not any(isinstance(v, SealedPhase) for v in values):
