@@ -35,18 +35,32 @@ install: $(STAMP) $(TOOLS_STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
-test: typecheck $(TOOLS_STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider -n auto --dist worksteal
+# The type checker runs beside the tests (it keeps one core busy for a minute, while the
+# tests mostly wait on their servers): its output goes to $(TYPECHECK_LOG), shown and failing
+# the target when it found errors, so pytest's summary stays the last line of a clean run.
+TYPECHECK_LOG := $(VENV)/typecheck.log
+
+test: $(STAMP)
+	@$(MAKE) --no-print-directory typecheck > $(TYPECHECK_LOG) 2>&1 & typecheck=$$!; \
+	{ test -e $(TOOLS_STAMP) || $(MAKE) --no-print-directory $(TOOLS_STAMP); } && \
+	$(BIN)/pytest -q -p no:cacheprovider -n auto --dist worksteal; tests=$$?; \
+	if ! wait $$typecheck; then cat $(TYPECHECK_LOG); echo "make test: typecheck failed"; exit 1; fi; \
+	exit $$tests
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
 
 # The repository root is the `phasegate` package: mypy reads it through a link.
+# One cache for both runs: bench/ imports the package, which the second run then reads
+# from the first's cache instead of checking it (and its dependencies) again.
+MYPY_CACHE := $(CURDIR)/$(VENV)/typecheck/.mypy_cache
+
 typecheck: $(STAMP)
 	mkdir -p $(VENV)/typecheck && ln -sfn "$(CURDIR)" $(VENV)/typecheck/phasegate
-	cd $(VENV)/typecheck && ../bin/mypy --config-file "$(CURDIR)/pyproject.toml" -p phasegate
+	cd $(VENV)/typecheck && ../bin/mypy --config-file "$(CURDIR)/pyproject.toml" \
+		--cache-dir "$(MYPY_CACHE)" -p phasegate
 	cd bench && MYPYPATH=../$(VENV)/typecheck:. ../$(BIN)/mypy \
-		--config-file ../pyproject.toml --explicit-package-bases *.py
+		--config-file ../pyproject.toml --cache-dir "$(MYPY_CACHE)" --explicit-package-bases *.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
