@@ -1,8 +1,11 @@
 """The ``phasegate`` CLI end to end: real subprocesses against the shared dev server.
 
-Each command runs as ``python -m phasegate.client.cli ...`` with TEMPORAL_ADDRESS pointing at
-the test server and a worker (own task queue) running in this process, so the
-event loop must stay free: subprocesses are awaited, never waited on blocking.
+Each command runs in a process of its own with TEMPORAL_ADDRESS pointing at the test
+server and a worker (own task queue) running in this process, so the event loop must
+stay free: subprocesses are awaited, never waited on blocking. The walkthrough (marked
+``real_cli``) runs ``python -m phasegate.client.cli ...`` itself; other commands run
+forked from a warm CLI process (tests/cli_helpers.py: the same exit codes and output,
+without the interpreter's start-up each time).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from cli_helpers import REAL_CLI, cli_argv
 
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import free_port
@@ -48,12 +52,16 @@ def _base_env(**extra: str) -> dict[str, str]:
 
 
 async def _run(
-    env: dict[str, str], *args: str, stdin: str | None = None, timeout: float = 60.0
+    env: dict[str, str],
+    *args: str,
+    stdin: str | None = None,
+    timeout: float = 60.0,
+    real: bool = False,
 ) -> Run:
+    """``phasegate ARGS`` in a process of its own: ``python -m phasegate.client.cli`` when
+    ``real``, else forked from the warm CLI process."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "phasegate.client.cli",
+        *(REAL_CLI if real else cli_argv()),
         *args,
         cwd=REPO,
         env=env,
@@ -84,8 +92,12 @@ def offline() -> Cli:
 
 
 @pytest_asyncio.fixture
-async def online(env, settings_for, run_worker) -> AsyncIterator[tuple[Cli, PhasegateClient]]:
-    """The CLI pointed at the test server, with a worker on a fresh task queue."""
+async def online(
+    env, settings_for, run_worker, request
+) -> AsyncIterator[tuple[Cli, PhasegateClient]]:
+    """The CLI pointed at the test server, with a worker on a fresh task queue; a test
+    marked ``real_cli`` runs each command as ``python -m phasegate.client.cli``."""
+    real = request.node.get_closest_marker("real_cli") is not None
     settings = settings_for(FIXTURES / "library")
     cli_env = _base_env(
         TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
@@ -95,12 +107,13 @@ async def online(env, settings_for, run_worker) -> AsyncIterator[tuple[Cli, Phas
     )
 
     async def cli(*args: str, stdin: str | None = None, **extra: str) -> Run:
-        return await _run({**cli_env, **extra}, *args, stdin=stdin)
+        return await _run({**cli_env, **extra}, *args, stdin=stdin, real=real)
 
     async with run_worker(settings):
         yield cli, PhasegateClient(env.client, settings.task_queue)
 
 
+@pytest.mark.real_cli  # the entry point itself, start-up and all
 async def test_session_walkthrough(online, tmp_path):
     cli, pg = online
     sid = f"cli-{uuid.uuid4().hex[:10]}"

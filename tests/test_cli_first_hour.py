@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_argv
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from test_cli import FIXTURES, REPO, _base_env, _run
@@ -284,7 +285,7 @@ async def test_submit_and_watch_show_a_running_verify_check(
     async with run_worker(settings):
         sid = await pg.start("verified_v1", str(ws))
         watch = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "phasegate.client.cli", "watch", sid, "--interval", "0.5",
+            *cli_argv(), "watch", sid, "--interval", "0.5",
             cwd=REPO, env=cli.env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

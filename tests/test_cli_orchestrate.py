@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_argv
 from temporalio.service import RPCError
 
 from phasegate.client import keys
@@ -39,9 +39,7 @@ class Run:
 
 async def _cli(env: dict[str, str], *args: str, cwd: Path = REPO, timeout: float = 90) -> Run:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "phasegate.client.cli",
+        *cli_argv(),
         *args,
         cwd=cwd,
         env=env,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from cli_helpers import cli_argv
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -14,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PHASEGATE_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "phasegate.client.cli", *args],
+        [*cli_argv(), *args],
         cwd=REPO,
         env=env,
         capture_output=True,

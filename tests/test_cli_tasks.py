@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from cli_helpers import cli_argv
 
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import free_port
@@ -60,9 +60,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 async def _run(env: dict[str, str], cwd: Path, *args: str, stdin: str | None = None) -> Run:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "phasegate.client.cli",
+        *cli_argv(),
         *args,
         cwd=cwd,
         env=env,
@@ -313,9 +311,7 @@ async def test_a_wait_shows_what_it_waits_for(env, settings_for, tmp_path):
         PHASEGATE_HOME=settings.home,
     )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "phasegate.client.cli",
+        *cli_argv(),
         "task",
         "list",
         sid,

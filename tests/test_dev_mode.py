@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import cli_argv
 
 from phasegate.client.devserver import DatabaseInUse, DevServer, choose_port, free_port
 from phasegate.domain.errors import PhasegateError
@@ -49,7 +50,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     run = subprocess.run(
-        [sys.executable, "-m", "phasegate.client.cli", *args],
+        [*cli_argv(), *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
         stdin=subprocess.DEVNULL, check=False,
     )  # fmt: skip

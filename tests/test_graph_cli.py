@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from cli_helpers import cli_argv
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "graphs"
 BROKEN = FIXTURES / "broken" / "graphs"
@@ -65,7 +66,7 @@ def phasegate(*args: str, library: Path | None = None) -> subprocess.CompletedPr
     if library is not None:
         env["PHASEGATE_LIBRARY"] = str(library)
     return subprocess.run(
-        [sys.executable, "-m", "phasegate.client.cli", *args],
+        [*cli_argv(), *args],
         capture_output=True,
         text=True,
         env=env,

@@ -7,10 +7,10 @@ import asyncio
 import base64
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_argv
 from fixture_evidence import GOOD_0
 
 from phasegate.client import keys
@@ -189,9 +189,7 @@ async def test_cli_approve_signs_with_the_local_key(env, session_env, tmp_path, 
     def approve(config: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(  # run in a thread: the worker shares this event loop
             [
-                sys.executable,
-                "-m",
-                "phasegate.client.cli",
+                *cli_argv(),
                 "approve",
                 sid,
                 "--as",

@@ -12,11 +12,11 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import cli_argv
 from fixture_evidence import GOOD_0
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
@@ -284,8 +284,7 @@ async def test_cli_control_signs_with_the_local_key(
 
         def cli(config: Path) -> subprocess.CompletedProcess[str]:
             return subprocess.run(  # in a thread: the worker shares this event loop
-                [sys.executable, "-m", "phasegate.client.cli", "control", sid, "pause"]
-                + ["--as", "lead", "--reason", "lunch"],
+                [*cli_argv(), "control", sid, "pause"] + ["--as", "lead", "--reason", "lunch"],
                 cwd=REPO,
                 env={**base, "PHASEGATE_CONFIG_DIR": str(config)},
                 capture_output=True,

@@ -9,13 +9,13 @@ import asyncio
 import json
 import logging
 import os
-import sys
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_argv
 from orchestration_helpers import HONEST_AGENT
 
 from phasegate.client.api import PhasegateClient
@@ -167,7 +167,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 async def _cli(env: dict[str, str], *args: str, timeout: float = 90) -> Run:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "phasegate.client.cli", *args, cwd=REPO, env=env,
+        *cli_argv(), *args, cwd=REPO, env=env,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

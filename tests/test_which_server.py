@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_argv
 
 from phasegate.client.devserver import free_port
 from phasegate.temporal import load_settings, unreachable
@@ -43,7 +44,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     run = subprocess.run(
-        [sys.executable, "-m", "phasegate.client.cli", *args],
+        [*cli_argv(), *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=90,
         stdin=subprocess.DEVNULL, check=False,
     )  # fmt: skip
