@@ -251,7 +251,17 @@ async def test_submit_says_when_no_worker_polls(online_cli, run_worker, tmp_path
     r = await cli("start", "mini_v1", str(tmp_path), "--no-wait", "--id", lonely,
                   PHASEGATE_TASK_QUEUE=queue)  # fmt: skip
     assert r.code == 0, r.err
-    r = await cli("submit", lonely, "--phase", "0", "--set", "modules_found=1", "--timeout", "4")
+    # A worker that was there and stopped (the server still lists it for minutes).
+    async with run_worker(settings):
+        sid = await pg.start("mini_v1", str(tmp_path))
+    # The three submissions wait out their timeouts side by side (no answer comes).
+    nobody, stopped, quiet = await asyncio.gather(
+        cli("submit", lonely, "--phase", "0", "--set", "modules_found=1", "--timeout", "4"),
+        cli("submit", sid, "--set", "modules_found=1", "--timeout", "9"),
+        # --no-progress: only the error.
+        cli("submit", sid, "--phase", "0", "--set", "a=1", "--timeout", "2", "--no-progress"),
+    )
+    r = nobody
     assert r.code == 1 and r.out == "", r.out
     assert f"no worker is polling task queue '{queue}'" in r.err, r.err
     assert "phasegate worker" in r.err
@@ -259,16 +269,11 @@ async def test_submit_says_when_no_worker_polls(online_cli, run_worker, tmp_path
     assert "--id " in r.err and f"phasegate status {lonely}" in r.err
     await pg.handle(lonely).terminate("test over")
 
-    # A worker that was there and stopped (the server still lists it for minutes).
-    async with run_worker(settings):
-        sid = await pg.start("mini_v1", str(tmp_path))
-    r = await cli("submit", sid, "--set", "modules_found=1", "--timeout", "9")
+    r = stopped
     assert r.code == 1, r.out + r.err
     assert "no worker" in r.err and "phasegate worker" in r.err, r.err
     assert f"no answer from session {sid} within 9 s" in r.err
-    # --no-progress: only the error.
-    r = await cli("submit", sid, "--phase", "0", "--set", "a=1", "--timeout", "2", "--no-progress")
-    _one_line_error(r, "within 2 s")
+    _one_line_error(quiet, "within 2 s")
     await pg.handle(sid).terminate("test over")
 
 
