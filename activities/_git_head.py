@@ -12,17 +12,25 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = ["git_head"]
 
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _MAX_REF_BYTES = 4096
+_MAX_PACKED_BYTES = 64 * 1024 * 1024
 
 
 class _Unsure(Exception):
     """The files do not answer plainly: ask git."""
+
+
+class _NotARepository(Exception):
+    """A repository file that is not a regular file (a FIFO, a device): no commit, and git
+    is not asked either (it would block on the same file until its timeout)."""
 
 
 def git_head(target: str) -> str | None:
@@ -32,6 +40,8 @@ def git_head(target: str) -> str | None:
         return None
     try:
         return _from_files(Path(os.path.realpath(target)))
+    except _NotARepository:
+        return None
     except _Unsure:
         return _from_git(target)
 
@@ -57,7 +67,7 @@ def _from_files(folder: Path) -> str | None:
     if git_dir is None:
         return None
     common = git_dir
-    if (git_dir / "commondir").is_file():  # a linked worktree: refs live in the main one
+    if (git_dir / "commondir").exists():  # a linked worktree: refs live in the main one
         common = (git_dir / _read(git_dir / "commondir")).resolve()
     if (common / "reftable").exists():
         raise _Unsure
@@ -71,18 +81,14 @@ def _from_files(folder: Path) -> str | None:
         raise _Unsure
     for where in dict.fromkeys((git_dir, common)):
         loose = where / ref
-        if loose.is_file():
+        if loose.exists():
             value = _read(loose)
             if _SHA.fullmatch(value):
                 return value
             raise _Unsure  # a symbolic ref to another ref, or something odd
     packed = common / "packed-refs"
-    if packed.is_file():
-        for line in packed.read_text(errors="replace").splitlines():
-            sha, _, name = line.partition(" ")
-            if name == ref and _SHA.fullmatch(sha):
-                return sha
-    return None  # an unborn branch: no commit yet
+    # Not there either: an unborn branch, no commit yet.
+    return _packed_ref(packed, ref) if packed.exists() else None
 
 
 def _find_git_dir(folder: Path) -> Path | None:
@@ -101,11 +107,41 @@ def _find_git_dir(folder: Path) -> Path | None:
 
 
 def _read(path: Path) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="strict") as f:
-            text = f.read(_MAX_REF_BYTES + 1)
-    except (OSError, UnicodeDecodeError):
-        raise _Unsure from None
-    if len(text) > _MAX_REF_BYTES:
+    with _open_regular(path) as f:
+        data = f.read(_MAX_REF_BYTES + 1)
+    if len(data) > _MAX_REF_BYTES:
         raise _Unsure
-    return text.strip()
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise _Unsure from None
+
+
+def _packed_ref(path: Path, ref: str) -> str | None:
+    """``ref``'s commit in a ``packed-refs`` file, read line by line up to a bound."""
+    seen = 0
+    with _open_regular(path) as f:
+        for raw in f:
+            seen += len(raw)
+            if seen > _MAX_PACKED_BYTES:
+                raise _Unsure
+            sha, _, name = raw.decode("utf-8", errors="replace").rstrip("\n").partition(" ")
+            if name == ref and _SHA.fullmatch(sha):
+                return sha
+    return None
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file; never blocks on a FIFO or a
+    device a workspace's owner put in its ``.git`` (the repository is theirs)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        raise _Unsure from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _NotARepository
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -111,3 +112,25 @@ def test_what_the_files_do_not_answer_plainly_asks_git(repo: Path, monkeypatch) 
     (repo / ".git" / "refs" / "heads" / "main").write_text("ref: refs/heads/other\n")
     assert git_head(str(repo)) == "from-git"
     assert len(asked) == 3
+
+
+def test_a_fifo_or_a_device_in_git_never_blocks_the_load(repo: Path, monkeypatch) -> None:
+    """The workspace's owner controls its .git: a FIFO (whose read would block a worker
+    thread for good) or a device is not read, and git is not asked either: no commit."""
+    asked: list[str] = []
+    monkeypatch.setattr(_git_head, "_from_git", lambda t: asked.append(t) or None)
+    head = repo / ".git" / "HEAD"
+    head.unlink()
+    os.mkfifo(head)
+    assert git_head(str(repo)) is None
+    head.unlink()
+    head.symlink_to("/dev/zero")
+    assert git_head(str(repo)) is None
+    head.unlink()
+    head.write_text("ref: refs/heads/main\n")
+    git(repo, "pack-refs", "--all")
+    packed = repo / ".git" / "packed-refs"
+    packed.unlink()
+    os.mkfifo(packed)
+    assert git_head(str(repo)) is None
+    assert asked == []
