@@ -40,10 +40,10 @@ def git_head(target: str) -> str | None:
         return None
     try:
         return _from_files(Path(os.path.realpath(target)))
-    except _NotARepository:
-        return None
     except _Unsure:
         return _from_git(target)
+    except (_NotARepository, OSError, RuntimeError, ValueError):  # e.g. a symlink loop
+        return None
 
 
 def _from_git(target: str) -> str | None:
@@ -66,6 +66,8 @@ def _from_files(folder: Path) -> str | None:
     git_dir = _find_git_dir(folder)
     if git_dir is None:
         return None
+    if os.stat(git_dir).st_uid != os.geteuid():
+        raise _Unsure  # git decides whom it trusts (safe.directory), as before
     common = git_dir
     if (git_dir / "commondir").exists():  # a linked worktree: refs live in the main one
         common = (git_dir / _read(git_dir / "commondir")).resolve()
@@ -119,28 +121,28 @@ def _read(path: Path) -> str:
 
 def _packed_ref(path: Path, ref: str) -> str | None:
     """``ref``'s commit in a ``packed-refs`` file, read line by line up to a bound."""
-    seen = 0
-    with _open_regular(path) as f:
+    with _open_regular(path, _MAX_PACKED_BYTES) as f:
         for raw in f:
-            seen += len(raw)
-            if seen > _MAX_PACKED_BYTES:
-                raise _Unsure
             sha, _, name = raw.decode("utf-8", errors="replace").rstrip("\n").partition(" ")
             if name == ref and _SHA.fullmatch(sha):
                 return sha
     return None
 
 
-def _open_regular(path: Path) -> BinaryIO:
-    """``path`` opened for reading if it is a regular file; never blocks on a FIFO or a
-    device a workspace's owner put in its ``.git`` (the repository is theirs)."""
+def _open_regular(path: Path, limit: int = _MAX_REF_BYTES) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file of at most ``limit`` bytes;
+    never opens a FIFO or a device a workspace's owner put in its ``.git`` (the
+    repository is theirs), and never blocks."""
+    before = os.stat(path)
+    if not stat.S_ISREG(before.st_mode):
+        raise _NotARepository
+    if before.st_size > limit:
+        raise _Unsure
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        raise _Unsure from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _NotARepository
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            raise _NotARepository  # swapped between the check and the open
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

@@ -134,3 +134,27 @@ def test_a_fifo_or_a_device_in_git_never_blocks_the_load(repo: Path, monkeypatch
     os.mkfifo(packed)
     assert git_head(str(repo)) is None
     assert asked == []
+
+
+def test_loops_huge_files_and_other_owners(repo: Path, tmp_path: Path, monkeypatch) -> None:
+    """A gitdir symlink loop is no commit; a packed-refs past 64 MiB (a sparse file with
+    no newline) is not read but asked of git; a repository another user owns is git's
+    call (safe.directory), as before."""
+    asked: list[str] = []
+    monkeypatch.setattr(_git_head, "_from_git", lambda t: asked.append(t) or "from-git")
+    looped = tmp_path / "looped"
+    looped.mkdir()
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    (looped / ".git").write_text(f"gitdir: {tmp_path / 'loop1'}\n")
+    assert git_head(str(looped)) is None
+    git(repo, "pack-refs", "--all")
+    packed = repo / ".git" / "packed-refs"
+    with open(packed, "r+b") as f:
+        f.truncate(65 * 1024 * 1024)
+    assert git_head(str(repo)) == "from-git"
+    packed.write_text("")
+    if os.geteuid() == 0:
+        os.chown(repo / ".git", 12345, 12345)
+        assert git_head(str(repo)) == "from-git"
+        assert len(asked) == 2
