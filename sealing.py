@@ -36,12 +36,12 @@ Operators read sealed payloads with the key: ``phasegate history`` in a shell th
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import hashlib
 import json
 import os
 import stat
-import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -358,17 +358,16 @@ class _SharedAdaptersJSON(PydanticJSONPlainPayloadConverter):
         return adapter.validate_json(payload.data)
 
 
-def _json_converter() -> EncodingPayloadConverter:
-    """The JSON converter: pydantic-ai's where this process runs its agents (a worker has
-    imported its Temporal plugin), which decodes the agents' journal with the validation
-    context pydantic-ai expects and memoizes adapters; elsewhere (a CLI, which must not pay
-    pydantic-ai's import) :class:`_SharedAdaptersJSON`. pydantic-ai's plugin keeps a
-    converter that subclasses the pydantic one as it is, so this is where its choice is
-    made for phasegate's."""
-    durable = sys.modules.get("pydantic_ai.durable_exec.temporal")
-    if durable is not None:
-        return durable.PydanticAIPayloadConverter().converters[b"json/plain"]
-    return _SharedAdaptersJSON()
+def _agents_json() -> EncodingPayloadConverter:
+    """pydantic-ai's JSON converter: it decodes the agents' journal with the validation
+    context pydantic-ai expects, and memoizes adapters. Imported here, not at the top: a
+    CLI must not pay pydantic-ai's import."""
+    with workflow.unsafe.imports_passed_through():
+        from pydantic_ai.durable_exec.temporal import PydanticAIPayloadConverter
+    json_converter: EncodingPayloadConverter = PydanticAIPayloadConverter().converters[
+        b"json/plain"
+    ]
+    return json_converter
 
 
 class SealingPayloadConverter(PydanticPayloadConverter):
@@ -380,9 +379,13 @@ class SealingPayloadConverter(PydanticPayloadConverter):
     """
 
     ring: ClassVar[KeyRing | None] = None
+    agents: ClassVar[bool] = False
+    """Decode JSON with pydantic-ai's converter (a worker that runs agents, and its
+    replayers), else with :class:`_SharedAdaptersJSON`. A class attribute, fixed when the
+    data converter is made: the SDK builds the converter again inside workflow code."""
 
     def __init__(self) -> None:
-        shared = _json_converter()
+        shared = _agents_json() if self.agents else _SharedAdaptersJSON()
         CompositePayloadConverter.__init__(
             self,
             *(
@@ -434,12 +437,17 @@ class SealingPayloadConverter(PydanticPayloadConverter):
         return found
 
 
-def data_converter(ring: KeyRing | None) -> DataConverter:
+def data_converter(ring: KeyRing | None, *, agents: bool = False) -> DataConverter:
     """phasegate's data converter: pydantic JSON, and :class:`SealedPhase` sealed with
-    ``ring`` (None: no key in this process; nothing is sealed or opened)."""
-    if ring is None:
+    ``ring`` (None: no key in this process; nothing is sealed or opened); ``agents``: the
+    JSON of pydantic-ai's agents decoded as pydantic-ai does (workers and replayers)."""
+    if ring is None and not agents:
         return DataConverter(payload_converter_class=SealingPayloadConverter)
-    bound = type("RingSealingPayloadConverter", (SealingPayloadConverter,), {"ring": ring})
+    bound = type(
+        "BoundSealingPayloadConverter",
+        (SealingPayloadConverter,),
+        {"ring": ring, "agents": agents},
+    )
     return DataConverter(payload_converter_class=bound)
 
 
@@ -449,22 +457,29 @@ def ring_of(converter: DataConverter) -> KeyRing | None:
     return cls.ring if isinstance(cls, type) and issubclass(cls, SealingPayloadConverter) else None
 
 
-def with_ring(client: Client, ring: KeyRing | None) -> Client:
-    """``client`` (same connection) whose converter holds ``ring``; itself if it does."""
-    if ring is None or ring_of(client.data_converter) is ring:
+def with_ring(client: Client, ring: KeyRing | None, *, agents: bool = False) -> Client:
+    """``client`` (same connection) whose converter holds ``ring`` (and decodes agents'
+    JSON as pydantic-ai does with ``agents``); itself if it already does."""
+    ring = ring or ring_of(client.data_converter)
+    cls = client.data_converter.payload_converter_class
+    runs_agents = isinstance(cls, type) and issubclass(cls, SealingPayloadConverter) and cls.agents
+    if ring_of(client.data_converter) is ring and (runs_agents or not agents):
         return client
-    config = client.config()
-    config["data_converter"] = data_converter(ring)
+    bound = data_converter(ring, agents=agents or bool(runs_agents)).payload_converter_class
+    config = client.config()  # the client's codec and failure converter are kept
+    config["data_converter"] = dataclasses.replace(
+        client.data_converter, payload_converter_class=bound
+    )
     return Client(**config)
 
 
 def sealing_client(client: Client, seal_keys_file: str | None) -> Client:
     """The client a session worker runs on: ``client``, holding the ring of
-    ``seal_keys_file`` when it names one (else whatever ring the client holds).
+    ``seal_keys_file`` when it names one (else whatever ring the client holds), its
+    converter decoding the agents' JSON as pydantic-ai does.
 
     Raises:
         PhasegateError: the ring file cannot be read or is not a ring.
     """
-    if not seal_keys_file:
-        return client
-    return with_ring(client, load_ring(seal_keys_file))
+    ring = load_ring(seal_keys_file) if seal_keys_file else None
+    return with_ring(client, ring, agents=True)

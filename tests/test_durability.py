@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fixture_evidence import GOOD_0
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.session.messages import PhaseView, SessionOptions
@@ -120,19 +120,22 @@ async def test_killed_worker_loses_nothing(env, settings_for, tmp_path):
     assert "PyGILState" not in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
-async def test_recorded_histories_replay(path: Path):
+async def test_recorded_histories_replay(path: Path, sandboxed: bool):
+    """In the SDK's sandbox (what guards determinism) and outside it (as workers run)."""
     workflow_id = path.stem.split("--", 1)[1]  # files are <scenario>--<workflow id>.json
     history = WorkflowHistory.from_json(workflow_id, path.read_text())
-    await _replayer().replay_workflow(history)
+    await _replayer(sandboxed).replay_workflow(history)
 
 
 def test_recorded_histories_exist():
     assert len(list(HISTORIES.glob("*.json"))) >= 3, "run tests/histories/record.py"
 
 
-def _replayer() -> Replayer:
-    return Replayer(workflows=[GatedSession], data_converter=DATA_CONVERTER)
+def _replayer(sandboxed: bool = True) -> Replayer:
+    runner = {} if sandboxed else {"workflow_runner": UnsandboxedWorkflowRunner()}
+    return Replayer(workflows=[GatedSession], data_converter=DATA_CONVERTER, **runner)
 
 
 async def _chain_histories(pg: PhasegateClient, sid: str, run_id: str | None):

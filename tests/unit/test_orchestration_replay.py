@@ -30,10 +30,10 @@ from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.workflow import NondeterminismError
 
-from phasegate.temporal import DATA_CONVERTER
+from phasegate.sealing import data_converter
 from phasegate.testing import register_model, unregister_model
 from phasegate.worker import WORKFLOWS
 from phasegate.workflows import Orchestration
@@ -57,12 +57,15 @@ def load(path: Path) -> WorkflowHistory:
     return WorkflowHistory.from_json(path.stem.split("--", 1)[1], path.read_text())
 
 
-def replayer(*workflows: type) -> Replayer:
-    """A replayer set up as ``phasegate worker`` sets up its worker."""
+def replayer(*workflows: type, sandboxed: bool = True) -> Replayer:
+    """A replayer set up as ``phasegate worker`` sets up its worker (its converter decodes
+    the agents' JSON as pydantic-ai does); in the SDK's sandbox unless ``sandboxed`` is
+    false, as workers run by default."""
     return Replayer(
         workflows=list(workflows or WORKFLOWS),
-        data_converter=DATA_CONVERTER,
+        data_converter=data_converter(None, agents=True),
         plugins=[PydanticAIPlugin()],
+        **({} if sandboxed else {"workflow_runner": UnsandboxedWorkflowRunner()}),
     )
 
 
@@ -133,11 +136,14 @@ def test_the_patched_paths_have_a_recorded_history(scenario: str, patch: str):
     assert any(patch in text for text in payloads), payloads
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem.split("--", 1)[0])
-async def test_recorded_orchestration_replays(path: Path):
+async def test_recorded_orchestration_replays(path: Path, sandboxed: bool):
     history = load(path)
     with recorded_models(history):
-        result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+        result = await replayer(sandboxed=sandboxed).replay_workflow(
+            history, raise_on_replay_failure=False
+        )
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
 
 
