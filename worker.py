@@ -328,6 +328,9 @@ def _main_worker(
         ],
         activity_executor=executor,
         max_concurrent_activities=threads if isinstance(threads, int) else None,
+        # Local activities (the definition's load, reading checks) share those threads:
+        # at most as many at once as there are (the SDK's default is 100).
+        max_concurrent_local_activities=threads if isinstance(threads, int) else None,
         # Registers the agents' model-request activities (Orchestration.__pydantic_ai_agents__);
         # the model ids in them resolve with this worker's providers, and the agents'
         # prompts render there with this worker's prompts.
