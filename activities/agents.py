@@ -30,6 +30,7 @@ so the workflow and the worker share one copy of the agents.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -89,6 +90,7 @@ from phasegate.temporal import application_error
 __all__ = [
     "LLM_AGENTS",
     "MODEL_ACTIVITY_TIMEOUT",
+    "MODEL_HEARTBEAT_TIMEOUT",
     "MODEL_RETRY_POLICY",
     "OUTPUT_RETRIES",
     "AgentAnswer",
@@ -111,7 +113,15 @@ MODEL_RETRY_POLICY = RetryPolicy(
 ``maximum_interval``). Rejected requests (bad key, unknown model) are never retried."""
 
 MODEL_ACTIVITY_TIMEOUT = timedelta(minutes=5)
-"""Longest one model request may take (it heartbeats; a lost worker shows in 30 s)."""
+"""Longest one model request may take (it heartbeats; a lost worker shows in
+:data:`MODEL_HEARTBEAT_TIMEOUT`)."""
+
+MODEL_HEARTBEAT_TIMEOUT = timedelta(
+    seconds=float(os.environ.get("PHASEGATE_MODEL_HEARTBEAT_SECONDS") or 30)
+)
+"""How long a model request may go without a heartbeat before Temporal gives it to another
+worker (its worker died mid-request); it heartbeats every half of it. pydantic-ai's 30 s
+unless ``PHASEGATE_MODEL_HEARTBEAT_SECONDS`` says otherwise where the worker starts."""
 
 OUTPUT_RETRIES = 2
 """Times an answer that does not validate is sent back before the step fails."""
@@ -199,6 +209,7 @@ def _agent(key: str, output_type: type[BaseModel]) -> Agent[None, Any]:
             TemporalDurability(
                 model_activity_config=ActivityConfig(
                     start_to_close_timeout=MODEL_ACTIVITY_TIMEOUT,
+                    heartbeat_timeout=MODEL_HEARTBEAT_TIMEOUT,
                     retry_policy=MODEL_RETRY_POLICY,
                 )
             ),

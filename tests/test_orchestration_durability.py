@@ -4,7 +4,8 @@ The worker runs as a separate process (``python -m phasegate.worker``), its LLM
 agents on a loopback OpenAI-compatible server (``FakeOpenAI`` through
 ``PHASEGATE_MODEL_PROVIDERS``). The fake holds the analyst's request unanswered;
 the worker is SIGKILLed while it waits, a new worker starts, the model request's
-heartbeat timeout (30 s, pydantic-ai's default) hands the request to it, and the
+heartbeat timeout (PHASEGATE_MODEL_HEARTBEAT_SECONDS, 10 s here; pydantic-ai's 30 s by
+default) hands the request to it, and the
 orchestration completes: every output once, no step done twice, the planner's
 output recorded before the kill kept and never asked for again.
 """
@@ -65,6 +66,8 @@ def _worker(settings: Settings, base_url: str, cwd: Path, name: str) -> subproce
         "PHASEGATE_HOME": settings.home,
         "PHASEGATE_MODEL_PROVIDERS": json.dumps({"fake": {"base_url": base_url}}),
         "PHASEGATE_ALLOW_UNSIGNED_APPROVALS": "1",  # the test approves the session's plan
+        # The killed worker's request moves on after 10 s without a heartbeat, not 30.
+        "PHASEGATE_MODEL_HEARTBEAT_SECONDS": "10",
     }
     with (cwd / f"{name}.log").open("w") as log:  # the child keeps its own copy
         proc = subprocess.Popen(
