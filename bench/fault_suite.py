@@ -5,7 +5,8 @@ serve it, and every session is walked by a :class:`RetryingAgent` that retries
 through failures with the same submission id. While the sessions walk:
 
 - A: a worker is killed while updates are in flight (plain phases), then restarted;
-- B: the worker running a verify check (a 1 s ``sleep``) is killed, then restarted;
+- B: the worker running a verify check (held until then, 1 s after) is killed, then
+  restarted;
 - C: the dev server is killed and restarted on the same file and port.
 
 Afterwards each session's status and result must show: completed; every phase's
@@ -43,11 +44,20 @@ from phasegate.workflows.gated_session import GatedSession
 
 WORKFLOW = "faults_v1"
 # The command writes its worker's pid (its parent) to a marker while it runs, so the
-# suite knows a check is running and which worker process runs it.
+# suite knows a check is running and which worker process runs it. Until the suite has
+# killed a checking worker (scenario B: it then writes RELEASE next to the workspaces)
+# a check lasts up to 30 s, so B finds one running however fast the walk went before;
+# after it, 1 s.
+RELEASE = "faults-released"
 SLOW_CHECK = {
     "name": "slow_check",
     "kind": "command",
-    "argv": ["sh", "-c", "echo $PPID > .verifying-$$; sleep 1; rm -f .verifying-$$"],
+    "argv": [
+        "sh",
+        "-c",
+        "echo $PPID > .verifying-$$; i=0; while [ ! -e ../" + RELEASE + " ] && "
+        "[ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; sleep 1; rm -f .verifying-$$",
+    ],
     "timeout_seconds": 60,
 }
 RESTART_DELAY = 0.5  # a killed process stays dead this long before its restart
@@ -310,6 +320,7 @@ async def inject_faults(
     else:
         down = time.monotonic()
         cluster.kill_worker(victim)
+        (workspaces / RELEASE).touch()  # the checks after this one take their 1 s
         await asyncio.sleep(RESTART_DELAY)
         await asyncio.to_thread(cluster.start_worker)
         kill.down_seconds = time.monotonic() - down
