@@ -133,6 +133,7 @@ def _serve(path: str) -> None:
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
                     os.unlink(path)
+                    os.rmdir(os.path.dirname(path))
                     return
             elif key.data == "accept":
                 conn, _ = listener.accept()
