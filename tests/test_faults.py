@@ -5,7 +5,7 @@ evidence, advance no phase twice, and all complete.
 The harness is bench/fault_suite.py (its own dev server on a file and worker
 processes, so the kills touch nothing of the shared test server); this is its
 small version. Slow by nature: a check killed with its worker is run again only
-after the verify activity's 30 s heartbeat timeout.
+after the verify activity's 10 s heartbeat timeout.
 """
 
 from __future__ import annotations

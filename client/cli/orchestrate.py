@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -412,11 +413,7 @@ class _Follower:
             view = await wait_with_progress(
                 self.pg, self.oid, self.oc.state(self.oid, timeout=60), printer=self.printer
             )
-            self.history = await self.oc.history(self.oid)
-            for entry in self.history:
-                if entry.seq > self.seq:
-                    self.seq = entry.seq
-                    self.say(entry_line(entry))
+            await self._news()
             person = self._gate(view)
             waits = await self._developer(view)
             if view.status in _FINISHED:
@@ -426,11 +423,21 @@ class _Follower:
                 # (a failure raises with its reason; terminated, timed out: no state says so).
                 final = await self.oc.result(self.oid)
                 if final.status in _FINISHED:
+                    with contextlib.suppress(PhasegateError):
+                        await self._news()  # the steps it took since the history above
                     return self._finish(final)
                 raise PhasegateError(f"orchestration {self.oid} has closed without finishing")
             if (person or waits) and self.ctx.args.no_wait:
                 return self._stop(view, "person" if person else waits or "")
             await asyncio.sleep(POLL_SECONDS)
+
+    async def _news(self) -> None:
+        """Print the run's history entries not printed yet."""
+        self.history = await self.oc.history(self.oid)
+        for entry in self.history:
+            if entry.seq > self.seq:
+                self.seq = entry.seq
+                self.say(entry_line(entry))
 
     def _stop(self, view: OrchestrationView, waiting_on: str) -> int:
         """``--no-wait``: say what the run waits on and what to run next; exit 3."""
