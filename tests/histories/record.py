@@ -71,17 +71,7 @@ async def main(only: list[str]) -> None:
                         await SCENARIOS[name](pg, home)
                     return
                 # 1. static session with failures, approval reject/approve, completion
-                sid = await pg.start("mini_v1", home, session_id="static-walk")
-                await pg.submit(sid, 0, {"modules_found": 0})
-                await pg.submit(sid, 0, GOOD_0, submission_id="a")
-                await pg.submit(sid, 0, GOOD_0, submission_id="a")
-                await pg.submit(sid, 1, {"plan": "first plan"})
-                await pg.decide(sid, approver="alice", decision="reject", comment="more")
-                await pg.submit(sid, 1, {"plan": "second plan"})
-                await pg.decide(sid, approver="alice", decision="approve")
-                await pg.submit(sid, 2, {"tests_run": 2, "tests_passed": 2, "coverage": 10})
-                await pg.result(sid)
-                await _save(pg, sid, "static_walk")
+                await _static_walk(pg, home, "static-walk", "static_walk", repeat=True)
 
                 # 2. signals, controls and abandon
                 sid = await pg.start("mini_v1", home, session_id="signals-controls")
@@ -303,16 +293,26 @@ async def task_state(pg: PhasegateClient, home: str) -> None:
 async def load_here(pg: PhasegateClient, home: str) -> None:
     """The definition loaded as a local activity of the session's worker
     (load-on-session-worker): a static walk with a rejection, an approval and completion."""
-    sid = await pg.start("mini_v1", home, session_id="load-here")
+    await _static_walk(pg, home, "load-here", "load_here")
+
+
+async def _static_walk(
+    pg: PhasegateClient, home: str, session_id: str, name: str, *, repeat: bool = False
+) -> None:
+    """mini_v1 with a failed attempt, a rejection, an approval and completion (``repeat``:
+    the passing submission sent twice under one id)."""
+    sid = await pg.start("mini_v1", home, session_id=session_id)
     await pg.submit(sid, 0, {"modules_found": 0})
     await pg.submit(sid, 0, GOOD_0, submission_id="a")
+    if repeat:
+        await pg.submit(sid, 0, GOOD_0, submission_id="a")
     await pg.submit(sid, 1, {"plan": "first plan"})
     await pg.decide(sid, approver="alice", decision="reject", comment="more")
     await pg.submit(sid, 1, {"plan": "second plan"})
     await pg.decide(sid, approver="alice", decision="approve")
     await pg.submit(sid, 2, {"tests_run": 2, "tests_passed": 2, "coverage": 10})
     await pg.result(sid)
-    await _save(pg, sid, "load_here")
+    await _save(pg, sid, name)
 
 
 SCENARIOS = {
