@@ -14,6 +14,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+
+# The watchdog that ends a test process wedged past pytest-timeout's reach (hang_guard.py).
+from hang_guard import (  # noqa: F401
+    pytest_configure,
+    pytest_exception_interact,
+    pytest_runtest_protocol,
+)
 from temporalio.testing import WorkflowEnvironment
 
 from phasegate.client import keys
@@ -50,6 +57,7 @@ KNOWN_COST = {
     "test_orchestration_routes.py": 33,
     "test_wheel.py": 32,
     "test_real_agents_developer.py": 28,
+    "test_hang_guard.py": 20,
     "test_dev_mode.py": 28,
     "test_agent_models.py": 25,
     "test_durability.py": 25,
