@@ -227,8 +227,12 @@ def build_worker(
     return PhasegateWorkers(workers, owned)
 
 
-WORKFLOW_TASKS_AT_ONCE = 32
-"""Workflow tasks the main worker holds at once (each gets a thread while it runs)."""
+WORKFLOW_TASKS_AT_ONCE = 64
+"""Workflow tasks the main worker holds at once (each gets a thread while it runs). At
+32, a burst of new sessions kept ≈ 21 in the worker and got ready at 27–33/s; at 64,
+37.9/s (each task 0.55 s p50 in the worker, 1.0 s p95); at 96, 39.5–40.8/s but 0.85 s
+p50 (``bench/scale_sessions.py --sessions 3000``): the GIL, not the slots, is the limit
+past 64, and longer activations near the 2 s deadlock detector are the risk."""
 
 
 def workflow_runner(settings: Settings) -> WorkflowRunner:

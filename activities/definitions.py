@@ -49,6 +49,7 @@ from phasegate.domain.commands import SessionCommands, bind_gate
 from phasegate.domain.errors import DefinitionError, PhasegateError, SessionError
 from phasegate.domain.rag import RetrievalQuery, context_sections, pack
 from phasegate.domain.session.messages import (
+    SESSION_ENGINE,
     DefinitionRef,
     LoadSessionRequest,
     PhaseDefinition,
@@ -334,6 +335,7 @@ class DefinitionActivities:
             task_folder=task_folder_for(
                 req.target, spec_source, req.options.task_files, meta.name or meta.workflow_type
             ),
+            engine=SESSION_ENGINE,
         )
 
     def _check_commands_approved(self, wf: WorkflowDir, ref: DefinitionRef) -> None:

@@ -29,7 +29,7 @@ from temporalio.worker import Worker
 
 from phasegate.domain.settings import Settings
 from phasegate.temporal import connect
-from phasegate.worker import build_worker, workflow_runner
+from phasegate.worker import MAIN_ACTIVITY_THREADS, build_worker, workflow_runner
 
 
 async def serve(
@@ -41,7 +41,8 @@ async def serve(
     client = await connect(settings)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+    # As many threads as `phasegate worker` gives its main worker.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=MAIN_ACTIVITY_THREADS) as pool:
         raw = Worker(
             client,
             task_queue=f"{settings.task_queue}-raw",

@@ -75,25 +75,45 @@ async def wait_ready(client: Client, n: int, task_queue: str, began: float) -> N
 
 async def ready_span(client: Client, sids: list[str]) -> float:
     """Seconds, in the server's own event times, from the first session's start to the
-    last one's first search-attribute upsert (it upserts once loaded and rendered)."""
+    last one's first ``PhasegateStatus`` upsert (once loaded and rendered). Also
+    prints where a session's wait went: its workflow tasks until ready, queued (scheduled
+    to started: waiting for the worker to poll) and in the worker (started to completed)."""
     first: list[float] = []
     ready: list[float] = []
     failed: list[str] = []
+    queued: list[float] = []
+    working: list[float] = []
 
     async def one(sid: str) -> None:
+        marks: dict[str, float] = {}
         async for event in client.get_workflow_handle(sid).fetch_history_events():
             when = event.event_time.ToDatetime().timestamp()
             if event.HasField("workflow_execution_started_event_attributes"):
                 first.append(when)
+            elif event.HasField("workflow_task_scheduled_event_attributes"):
+                marks["scheduled"] = when
+            elif event.HasField("workflow_task_started_event_attributes"):
+                queued.append(when - marks["scheduled"])
+                marks["started"] = when
+            elif event.HasField("workflow_task_completed_event_attributes"):
+                working.append(when - marks["started"])
             elif event.HasField("workflow_task_failed_event_attributes"):
                 failed.append(sid)
-            elif event.HasField("upsert_workflow_search_attributes_event_attributes"):
+            elif "PhasegateStatus" in (
+                event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+            ):
                 ready.append(when)
                 return
 
     await in_batches(len(sids), lambda i: one(sids[i]))
     assert len(ready) == len(sids), f"{len(sids) - len(ready)} sessions never got ready"
     print(f"  failed workflow tasks before ready: {len(failed)}", flush=True)
+    print(
+        f"  workflow tasks until ready: {len(working) / len(sids):.2f} a session; queued "
+        f"p50 {ms(pct(queued, 50))} p95 {ms(pct(queued, 95))}, in the worker "
+        f"p50 {ms(pct(working, 50))} p95 {ms(pct(working, 95))}",
+        flush=True,
+    )
     return max(ready) - min(first)
 
 
@@ -136,10 +156,14 @@ async def main(sessions: int, probes: int) -> None:
                 ),
             )  # fmt: skip
             print(f"  started {sessions} raw workflows", flush=True)
-
             view = await pgs[0].phase(sids[0])  # all sessions are alike: one view
             assert isinstance(view, PhaseView), view
             evidence = ScriptedAgent(pgs[0], known_good(WORKFLOW)).evidence_for(view)
+            # Probe only once the raw workflows have all run their first workflow task
+            # (as the sessions have): the last started, answered, mark the backlog's end.
+            await asyncio.gather(
+                *(r.execute_update(RawUpdateWorkflow.bump, evidence) for r in raws[-100:])
+            )
             raw_t: list[float] = []
             sub_t: list[float] = []
             for sid, raw in zip(

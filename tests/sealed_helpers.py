@@ -147,15 +147,25 @@ def scheduled(history: History, activity_type: str) -> list[HistoryEvent]:
 
 
 def completed_results(history: History, activity_type: str) -> list[Payload]:
-    """The result payloads of the completed activities of ``activity_type``."""
+    """The result payloads of the completed activities of ``activity_type``, on the task
+    queue or local (a run's first prefetch is a local activity of the session's worker)."""
     ids = {e.event_id for e in scheduled(history, activity_type)}
-    return [
-        p
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-        and e.activity_task_completed_event_attributes.scheduled_event_id in ids
-        for p in e.activity_task_completed_event_attributes.result.payloads
-    ]
+    found: list[Payload] = []
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = e.activity_task_completed_event_attributes
+            if done.scheduled_event_id in ids:
+                found.extend(done.result.payloads)
+        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = e.marker_recorded_event_attributes
+            data = marker.details["data"].payloads if "data" in marker.details else []
+            if marker.marker_name == "core_local_activity" and any(
+                json.loads(d.data).get("activity_type") == activity_type for d in data
+            ):
+                found.extend(
+                    marker.details["result"].payloads if "result" in marker.details else []
+                )
+    return found
 
 
 def local_renders(history: History) -> int:

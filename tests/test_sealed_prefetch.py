@@ -36,6 +36,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from phasegate.activities.definitions import DefinitionActivities
+from phasegate.activities.sealed_prefetch import SealedPrefetch
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import PhasegateError
@@ -93,7 +94,7 @@ class Forger:
 
     def __init__(self) -> None:
         self.modes: dict[str, str] = {}
-        self.genuine: Payload | None = None  # a sealed phase 1 of another session
+        self.genuine: Payload | None = None  # a sealed phase 2 of another session
         self.kid = ""
 
     def _forged_phase(self, req: RenderPhaseRequest) -> dict[str, object]:
@@ -140,15 +141,16 @@ async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, 
     pg = PhasegateClient(env.client, settings.task_queue)
     forger = Forger()
     forger.kid = sealing.sealing.kid
-    # A genuine sealed phase 1, of another session (served by the real worker).
+    # A genuine sealed phase 2, of another session (served by the real worker).
     async with run_worker(settings):
         other = await pg.start(WORKFLOW, str(tmp_path))
-        history = await wait_prefetches(env.client, other, 1)
-        [forger.genuine] = completed_results(history, "prefetch_sealed_phase")
-    # The session worker runs the workflow and its local activities (the load, the render
-    # at an advance) and polls no activity task: the rogue (the agent's own connection)
-    # answers every one on the queue, the prefetch with a forgery (and load_session truly,
-    # where a session loads it as a regular activity).
+        assert (await pg.submit(other, 0, EVIDENCE)).passed
+        history = await wait_prefetches(env.client, other, 2)
+        forger.genuine = completed_results(history, "prefetch_sealed_phase")[-1]
+    # The session worker runs the workflow and its local activities (the load, a run's
+    # first prefetch, the render at an advance) and polls no activity task: the rogue (the
+    # agent's own connection) answers every one on the queue, so the prefetch an advance
+    # starts (phase 2, after phase 0's) with a forgery.
     definitions = DefinitionActivities(
         settings.library_paths, settings.home, allow_unsigned_approvals=True, sealed_prefetch=True
     )
@@ -157,7 +159,11 @@ async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, 
             sealing_client(env.client, settings.seal_keys_file),
             task_queue=settings.task_queue,
             workflows=[GatedSession],
-            activities=[definitions.load_session, definitions.render_phase],  # local
+            activities=[
+                definitions.load_session,
+                definitions.render_phase,
+                SealedPrefetch(definitions).prefetch_phase,
+            ],  # local
             activity_executor=pool,
             no_remote_activities=True,
         )
@@ -168,7 +174,7 @@ async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, 
         rogue = Worker(
             agent,
             task_queue=settings.task_queue,
-            activities=[definitions.load_session, forger.prefetch],
+            activities=[forger.prefetch],
             activity_executor=pool,
         )
         async with session_worker, rogue:
@@ -176,13 +182,15 @@ async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, 
                 sid = f"forged-{mode.replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
                 forger.modes[sid] = mode
                 await pg.start(WORKFLOW, str(tmp_path), session_id=sid)
-                await wait_prefetches(env.client, sid, 1)  # the forgery is in history
-                result = await pg.submit(sid, 0, EVIDENCE)
+                first = await pg.submit(sid, 0, EVIDENCE)  # a local prefetch: no rogue's
+                assert first.next_phase is not None and MARK[1] in first.next_phase.name, mode
+                await wait_prefetches(env.client, sid, 2)  # the forgery is in history
+                result = await pg.submit(sid, 1, EVIDENCE)
                 assert result.passed and result.next_phase is not None, mode
-                assert MARK[1] in result.next_phase.name, mode
+                assert MARK[2] in result.next_phase.name, mode
                 assert "FORGED" not in result.model_dump_json(), mode
-                view = await pg.phase(sid, 1)
-                assert isinstance(view, PhaseView) and MARK[1] in view.content, mode
+                view = await pg.phase(sid, 2)
+                assert isinstance(view, PhaseView) and MARK[2] in view.content, mode
                 assert "FORGED" not in view.model_dump_json(), mode
                 # refused as a cache miss: the phase was rendered at the advance
                 assert local_renders(await raw_history(env.client, sid)) == 1, mode

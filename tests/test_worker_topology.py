@@ -194,9 +194,9 @@ async def test_reading_checks_run_on_the_session_worker(
         assert passed.next_phase is not None and passed.next_phase.phase == 1
         scheduled, local = _activities(await pg.handle(sid).fetch_history())
         # The definition loads on the session's worker too (load-on-session-worker).
-        if prefetch:  # phases 1 and 2 prefetched; the checks alone run here
-            assert [name for name, _ in scheduled] == ["render_phase"] * 2
-            assert local == ["load_session", *["run_checks_here"] * 2]
+        if prefetch:  # phases 1 and 2 prefetched (1 here, with the load); the checks here
+            assert [name for name, _ in scheduled] == ["render_phase"]
+            assert local == ["load_session", "render_phase", *["run_checks_here"] * 2]
         else:  # phase 1 rendered by the checks that let the session enter it
             assert [name for name, _ in scheduled] == []
             assert local == ["load_session", *["check_and_render_here"] * 2]
@@ -229,11 +229,11 @@ async def test_a_session_worker_without_checks_sends_reading_checks_to_the_verif
         scheduled, local = _activities(await pg.handle(sid).fetch_history())
     verify_queue = verify_task_queue(settings.task_queue)
     assert [q for name, q in scheduled if name == "run_verify_checks"] == [verify_queue] * 2
-    # Asked once this run (the answer, None, is kept); phases 1 and 2 prefetched, or,
-    # without prefetch, rendered at their advances.
+    # Asked once this run (the answer, None, is kept); phases 1 and 2 prefetched (1 here,
+    # with the load), or, without prefetch, rendered at their advances.
     if prefetch:
-        assert local == ["load_session", "run_checks_here"]
-        assert [name for name, _ in scheduled].count("render_phase") == 2
+        assert local == ["load_session", "render_phase", "run_checks_here"]
+        assert [name for name, _ in scheduled].count("render_phase") == 1
     else:
         assert local == ["load_session", "check_and_render_here", "render_phase", "render_phase"]
         assert [name for name, _ in scheduled].count("render_phase") == 0

@@ -33,18 +33,30 @@ _RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_
 _TIMEOUT = timedelta(seconds=30)
 
 
-def start_prefetch(state: SessionState, index: int) -> Prefetching:
-    """Start rendering phase ``index`` of the session (sealed where the deployment seals)."""
+def start_prefetch(state: SessionState, index: int, *, here: bool = False) -> Prefetching:
+    """Start rendering phase ``index`` of the session (sealed where the deployment seals):
+    ``here``, as a local activity of the session's worker (its result a marker in the
+    workflow task that started it: no activity task, no second workflow task); else on
+    the task queue, in the background of the workflow tasks that answer the agent."""
     request = RenderPhaseRequest(ref=state.ref, index=index)
     summary = f"prefetch phase {index}"
+    method = SealedPrefetch.prefetch_phase if state.sealed_prefetch else None
     task: Prefetching
-    if state.sealed_prefetch:
-        task = workflow.start_activity_method(
-            SealedPrefetch.prefetch_phase,
+    if here and method is not None:
+        task = workflow.start_local_activity_method(
+            method, request, start_to_close_timeout=_TIMEOUT, retry_policy=_RETRY, summary=summary
+        )
+    elif here:
+        task = workflow.start_local_activity_method(
+            DefinitionActivities.render_phase,
             request,
             start_to_close_timeout=_TIMEOUT,
             retry_policy=_RETRY,
             summary=summary,
+        )
+    elif method is not None:
+        task = workflow.start_activity_method(
+            method, request, start_to_close_timeout=_TIMEOUT, retry_policy=_RETRY, summary=summary
         )
     else:
         task = workflow.start_activity_method(
@@ -86,9 +98,9 @@ class Prefetch:
         """Phase ``index`` is the one prefetched (or being prefetched)."""
         return self._index == index
 
-    def start(self, state: SessionState, index: int) -> None:
+    def start(self, state: SessionState, index: int, *, here: bool = False) -> None:
         self._index = index
-        self._task = start_prefetch(state, index)  # sealed where the deployment seals
+        self._task = start_prefetch(state, index, here=here)  # sealed where it seals
 
     def pending(self) -> bool:
         """A prefetch is still running (its result comes in a workflow task of its own)."""

@@ -74,21 +74,21 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready, refuse
     from phasegate.workflows._metrics import advanced
     from phasegate.workflows._session_deadlines import Deadlines
+    from phasegate.workflows._session_patches import (
+        CHECKS_HERE,
+        FIRST_PREFETCH_HERE,
+        LOAD_HERE,
+        RENDER_WITH_CHECKS,
+        RENDER_WITH_CHECKS_UNPREFETCHED,
+        SIGNAL_RETIRED,
+        SIGNS_EVIDENCE,
+        patched,
+    )
     from phasegate.workflows._session_prefetch import Prefetch
     from phasegate.workflows._session_tasks import TaskDesk
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 
-_SIGNAL_RETIRED = "checkpoint-signal-retired"
-# Reading checks as a local activity of the session's worker (activities/_verify_local).
-_CHECKS_HERE = "verify-reads-on-session-worker"
-# ... which also render the phase a passing checkpoint enters (no prefetch of it): v1 in
-# every session, v2 only where prefetch is off (a prefetch keeps the render and its big
-# payload off the advance's path, which a render in the checks' activity cannot).
-_RENDER_WITH_CHECKS = "render-with-reading-checks"
-_RENDER_WITH_CHECKS_UNPREFETCHED = "render-with-reading-checks-v2"
-# The definition loads as a local activity of the session's worker.
-_LOAD_HERE = "load-on-session-worker"
 _VERIFY_RETRY = RetryPolicy(maximum_attempts=2, non_retryable_error_types=[VerifyInvalid.code])
 _RENDER_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["definition_invalid"])
 
@@ -131,7 +131,7 @@ class GatedSession:
         req = LoadSessionRequest(
             workflow_type=start.workflow_type, target=start.target, options=start.options
         )
-        if workflow.patched(_LOAD_HERE):
+        if workflow.patched(LOAD_HERE):
             return await workflow.execute_local_activity_method(
                 DefinitionActivities.load_session,
                 req,
@@ -173,6 +173,7 @@ class GatedSession:
                 target=start.target,
                 options=plan.options_for(start.options),
                 sealed_prefetch=plan.sealed_prefetch,
+                engine=plan.engine,
                 ref=plan.ref,
                 phases=PhaseLedger(current=plan.first_phase),
                 started_at=now,
@@ -184,14 +185,14 @@ class GatedSession:
                     unsigned_approvals=plan.unsigned_approvals,
                     operator_keys=plan.operator_keys,
                     unsigned_controls=plan.unsigned_controls,
-                    signs_evidence=workflow.patched("approvals-sign-evidence"),
+                    signs_evidence=plan.engine >= 1 or workflow.patched(SIGNS_EVIDENCE),
                 ),
             )
             self._state.note_run(workflow.info().run_id)
             self._state.enter_current_tasks(now)
             self._state.tasks.projection.folder = plan.task_folder or ""
         self._publish()
-        self._start_prefetch()
+        self._start_prefetch(first=True)
         self._deadlines.arm()
         state = self._state
         if self._tasks.projects():
@@ -256,7 +257,7 @@ class GatedSession:
         a note, except in sessions from before (their histories replay). Fire-and-forget
         clients use the update, waiting only for acceptance (``submit_nowait``)."""
         self._messages_this_run += 1
-        if workflow.patched(_SIGNAL_RETIRED):
+        if patched(self._state, SIGNAL_RETIRED):
             if self._state is not None:
                 self._state.last_signal_error = (
                     "checkpoint signals are not accepted: submit with `phasegate submit` "
@@ -327,7 +328,7 @@ class GatedSession:
                 self._checks_here = done is not None
                 if done is not None:
                     report, self._checked_next = done.report, done.next_phase
-            elif self._checks_here and state.verify_reads_only() and workflow.patched(_CHECKS_HERE):
+            elif self._checks_here and state.verify_reads_only() and patched(state, CHECKS_HERE):
                 report = await workflow.execute_local_activity_method(
                     LocalChecks.run_checks_here,
                     request,
@@ -399,8 +400,9 @@ class GatedSession:
                 ) from None
         return next_phase
 
-    def _start_prefetch(self) -> None:
-        """Start rendering the phase after the current one, unless off or already going."""
+    def _start_prefetch(self, *, first: bool = False) -> None:
+        """Start rendering the phase after the current one, unless off or already going
+        (``first``: the run's first, made ready in this workflow task)."""
         state = self._state
         assert state is not None
         index = state.current.index + 1
@@ -410,16 +412,16 @@ class GatedSession:
             return
         if self._checks_here and self._renders_with_checks():
             return  # rendered with the checks, once they pass (see _verify)
-        self._prefetch.start(state, index)
+        self._prefetch.start(state, index, here=first and patched(state, FIRST_PREFETCH_HERE))
 
     def _renders_with_checks(self) -> bool:
         """The checks' local activity renders the phase a passing checkpoint enters."""
         state = self._ready()
         if not state.renders_with_checks():
             return False
-        if workflow.patched(_RENDER_WITH_CHECKS_UNPREFETCHED):
+        if patched(state, RENDER_WITH_CHECKS_UNPREFETCHED):
             return not state.options.prefetch
-        return workflow.patched(_RENDER_WITH_CHECKS)  # histories of v1
+        return workflow.patched(RENDER_WITH_CHECKS)  # histories of v1
 
     # ---- approvals -----------------------------------------------------
 

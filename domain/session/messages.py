@@ -245,6 +245,11 @@ class NotifyRequest(BaseModel):
     payload: dict[str, Any]
 
 
+# What a session loaded by this code runs (SessionPlan.engine, kept in SessionState): from
+# 1 on, the paths older code reached through ``workflow.patched`` are taken without it.
+SESSION_ENGINE = 1
+
+
 class SessionPlan(BaseModel):
     name: str
     description: str = ""
@@ -267,6 +272,7 @@ class SessionPlan(BaseModel):
         description="The .workflow/WFS-* folder (relative to the target) the task board is "
         "projected to; None: no task files.",
     )
+    engine: int = Field(0, description="SESSION_ENGINE of the code that loaded the session.")
 
     def options_for(self, options: SessionOptions) -> SessionOptions:
         """The session's options as this deployment allows them (prefetch may be off)."""

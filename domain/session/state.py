@@ -99,6 +99,7 @@ class SessionState(BaseModel):
     target: str = ""
     options: SessionOptions = Field(default_factory=SessionOptions)
     sealed_prefetch: bool = False  # the deployment's seal key ring seals the prefetch
+    engine: int = 0  # SessionPlan.engine: which paths run without asking workflow.patched
     ref: DefinitionRef
     status: SessionStatus = "active"
     paused_from: SessionStatus | None = None

@@ -36,7 +36,12 @@ from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import temporal_binary
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.session.messages import ControlRequest, PhaseView, SessionOptions
+from phasegate.domain.session.messages import (
+    CheckpointSubmission,
+    ControlRequest,
+    PhaseView,
+    SessionOptions,
+)
 from phasegate.domain.settings import Settings
 from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
 from phasegate.testing import ScriptedAgent, known_good, workspace_for
@@ -243,8 +248,13 @@ async def task_state(pg: PhasegateClient, home: str) -> None:
     """Task messages of every kind on a tasks_v1 session with task files: claims, a
     completion refused by its acceptance check then taken, a block, a dynamic subtask,
     the phase gate on its tasks, and a continue-as-new carrying the board."""
-    from phasegate.domain.tasks.messages import AddSubtask, BlockTask, CompleteTask, StartTask
-    from phasegate.domain.tasks.messages import TaskResult
+    from phasegate.domain.tasks.messages import (
+        AddSubtask,
+        BlockTask,
+        CompleteTask,
+        StartTask,
+        TaskResult,
+    )
 
     ws = Path(home) / "tasks-ws"
     ws.mkdir()
@@ -296,6 +306,27 @@ async def load_here(pg: PhasegateClient, home: str) -> None:
     await _static_walk(pg, home, "load-here", "load_here")
 
 
+async def engine_1(pg: PhasegateClient, home: str) -> None:
+    """Sessions loaded at engine 1 (workflows/_session_patches.py): the first prefetch a
+    local activity in the workflow task that made the session ready, and no patch markers
+    (nor TemporalChangeVersion upserts) but load-on-session-worker's. A static walk with a
+    retired checkpoint signal, and reading checks.
+
+    first_prefetch_here--first-prefetch-here.json was recorded between the two changes:
+    a session of engine 0 (its load names none) asking first-prefetch-on-session-worker,
+    as an engine-0 session continued as new under this code does."""
+    sid = await pg.start("mini_v1", home, session_id="engine-1")
+    await pg.wait_started(sid)
+    # Retired: dropped with a note.
+    await pg.handle(sid).signal("checkpoint", CheckpointSubmission(phase=0, evidence=GOOD_0))
+    while not (await pg.status(sid)).last_signal_error:
+        await asyncio.sleep(0.05)
+    await pg.handle(sid).terminate("recorded")
+    await _save(pg, sid, "engine_1_signal")
+    await _static_walk(pg, home, "engine-1-walk", "engine_1_walk")
+    await _reading_checks(pg, home, "engine_1_checks")
+
+
 async def _static_walk(
     pg: PhasegateClient, home: str, session_id: str, name: str, *, repeat: bool = False
 ) -> None:
@@ -317,6 +348,7 @@ async def _static_walk(
 
 SCENARIOS = {
     "load-here": load_here,
+    "engine-1": engine_1,
     "task-state": task_state,
     "carry-proof": carry_proof,
     "verify-here": verify_here,
