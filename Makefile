@@ -1,5 +1,6 @@
 # phasegate: `make demo` runs the demo on the embedded dev server; `make test` runs the
-# type checker and the tests, on every core (`make test-unit`: the tests that need no server).
+# type checker and the tests, on every core and one more (`make test-unit`: the tests that
+# need no server).
 # Both create .venv and install everything first (idempotent; a stamp file skips reinstalls).
 
 PYTHON ?= python3
@@ -39,11 +40,14 @@ demo: $(STAMP)
 # tests mostly wait on their servers): its output goes to $(TYPECHECK_LOG), shown and failing
 # the target when it found errors, so pytest's summary stays the last line of a clean run.
 TYPECHECK_LOG := $(VENV)/typecheck.log
+# One test process more than there are cores: the tests mostly wait on their servers
+# (on 2 cores, 3 processes took the suite from 8 min 6 s to 5 min 51 s).
+TEST_PROCESSES ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 test: $(STAMP)
 	@$(MAKE) --no-print-directory typecheck > $(TYPECHECK_LOG) 2>&1 & typecheck=$$!; \
 	{ test -e $(TOOLS_STAMP) || $(MAKE) --no-print-directory $(TOOLS_STAMP); } && \
-	$(BIN)/pytest -q -p no:cacheprovider -n auto --dist worksteal; tests=$$?; \
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_PROCESSES) --dist worksteal; tests=$$?; \
 	if ! wait $$typecheck; then cat $(TYPECHECK_LOG); echo "make test: typecheck failed"; exit 1; fi; \
 	exit $$tests
 

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from cli_helpers import REAL_CLI, cli_argv
+from ports import free_port
 
 from phasegate.client.api import PhasegateClient
-from phasegate.client.devserver import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import cli_argv
+from ports import free_port
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from test_cli import FIXTURES, REPO, _base_env, _run
 
 from phasegate.client.api import PhasegateClient
-from phasegate.client.devserver import free_port
 from phasegate.domain.session.messages import ControlRequest
 
 SPEC = "## Phase 1: Setup\n\n- [ ] 1.1 Create the project\n"

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import cli_argv
+from ports import free_port
 from temporalio.service import RPCError
 
 from phasegate.client import keys
 from phasegate.client.cli._issue_files import load_profile, read_issue
 from phasegate.client.cli.orchestrate import default_subcommand
-from phasegate.client.devserver import free_port
 from phasegate.client.orchestrations import OrchestrationClient
 from phasegate.domain.errors import OrchestrationError, PhasegateError
 

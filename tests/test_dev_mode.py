@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_helpers import cli_argv
+from ports import free_port
 
-from phasegate.client.devserver import DatabaseInUse, DevServer, choose_port, free_port
+from phasegate.client.devserver import DatabaseInUse, DevServer, choose_port
 from phasegate.domain.errors import PhasegateError
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import load_gate

@@ -30,8 +30,9 @@ import pytest
 from agent_cli_helpers import TOOLS_BIN, cli
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from ports import free_port
 
-from phasegate.client.devserver import free_port, port_open
+from phasegate.client.devserver import port_open
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "mcp.md"

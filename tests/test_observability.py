@@ -8,10 +8,10 @@ import socket
 import urllib.request
 
 import pytest
+from ports import free_port
 from topology_helpers import CliWorker, OtlpCollector, write_library
 
 from phasegate.client.api import PhasegateClient
-from phasegate.client.devserver import free_port
 from phasegate.domain.errors import PhasegateError, PhaseSequenceViolation
 from phasegate.domain.settings import verify_task_queue
 from phasegate.temporal import metrics_runtime, tracing_interceptors

@@ -10,11 +10,11 @@ import asyncio
 import uuid
 
 import pytest
+from ports import free_port
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 from test_cli_orchestrate import ISSUES, _cli, _env, _profile
 
-from phasegate.client.devserver import free_port
 from phasegate.client.orchestrations import OrchestrationClient
 
 COMPLETED = WorkflowExecutionStatus.COMPLETED

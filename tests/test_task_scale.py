@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
-from test_task_state import _board, _update, _until
+from test_task_state import _board, _until, _update
 
 from phasegate.domain.session.messages import SessionOptions
 from phasegate.domain.tasks.messages import CompleteTask, StartTask

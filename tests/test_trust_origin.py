@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
-from phasegate.client.devserver import free_port
 from phasegate.client.mcp._http import loopback_host, loopback_origin
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,8 +9,9 @@ import sys
 import time
 
 import pytest
+from ports import free_port
 
-from phasegate.client.devserver import choose_port, free_port
+from phasegate.client.devserver import choose_port
 from phasegate.domain.errors import PhasegateError
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="TIME_WAIT binds differ")

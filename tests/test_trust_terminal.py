@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import cli_argv
 from orchestration_helpers import HONEST_AGENT
+from ports import free_port
 
 from phasegate.client.api import PhasegateClient
 from phasegate.client.cli._orchestrate_render import entry_line, render_plan
@@ -27,7 +28,6 @@ from phasegate.client.cli._render import (
     render_status,
     terminal_safe,
 )
-from phasegate.client.devserver import free_port
 from phasegate.client.orchestrations import OrchestrationClient
 from phasegate.domain.orchestration.agents import DeveloperProfile, Issue, Profile
 from phasegate.domain.orchestration.messages import HistoryEntry, OrchestrationView, PlanView

@@ -21,8 +21,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
-from phasegate.client.devserver import free_port
 from phasegate.testing import workspace_for
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import cli_argv
+from ports import free_port
 
-from phasegate.client.devserver import free_port
 from phasegate.temporal import load_settings, unreachable
 
 REPO = Path(__file__).resolve().parent.parent
