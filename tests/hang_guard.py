@@ -10,8 +10,8 @@ thread that needs no GIL to print the stacks and end the process: under pytest-x
 the controller then reports the test the worker died in as failed, with these stacks
 above it, starts a fresh worker, and the run finishes.
 
-Armed for each test at its timeout (the ``timeout`` marker or ini value) plus
-``GRACE`` seconds, so pytest-timeout ends an ordinary overrun first; between tests, at
+Armed for each test at its timeout (as pytest-timeout resolves it; a test without one
+at ``SESSION``) plus ``GRACE`` seconds, so pytest-timeout ends an ordinary overrun first; between tests, at
 ``IDLE`` seconds, which also covers a worker left waiting for work that never comes and
 an exit that hangs joining a thread. A pytest-xdist controller, which runs no test
 itself, is given ``SESSION`` seconds for the whole run. ``PG_TESTS_HANG_GRACE``,
@@ -52,18 +52,23 @@ def _arm(seconds: float) -> None:
 
 
 def _limit(item: pytest.Item) -> float:
-    marker = item.get_closest_marker("timeout")
-    if marker is not None and marker.args:
-        return float(marker.args[0])
+    """The test's timeout as pytest-timeout resolves it (marker, ``--timeout``,
+    ``PYTEST_TIMEOUT``, ini); 0: none."""
     try:
-        return float(item.config.getini("timeout") or 0)
-    except ValueError:  # pytest-timeout not installed: no per-test limit
-        return 0.0
+        from pytest_timeout import _get_item_settings
+
+        return float(_get_item_settings(item).timeout or 0)
+    except Exception:  # noqa: BLE001 - pytest-timeout absent or changed: the ini value
+        try:
+            return float(item.config.getini("timeout") or 0)
+        except ValueError:
+            return 0.0
 
 
 def _arm_for(item: pytest.Item) -> None:
+    """A test with no timeout (0) still gets the whole run's limit."""
     limit = _limit(item)
-    _arm(limit + GRACE if limit > 0 else IDLE)
+    _arm(limit + GRACE if limit > 0 else SESSION)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -30,16 +30,23 @@ def _ephemeral_floor() -> int:
         return 32768  # Linux's default; elsewhere the share is checked before use anyway
 
 
-def _share() -> range:
+def _share() -> list[int]:
+    """This process's ports: its worker's share, starting at a place its pid picks (two
+    runs side by side, each with a ``gw0``, do not walk the same ports in step); none
+    where the range below the ephemeral one is too small to give each worker a share."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    shares = max(1, (_ephemeral_floor() - _FLOOR) // _SHARE)
-    index = (int(worker) if worker.isdigit() else 0) % shares
+    shares = (_ephemeral_floor() - _FLOOR) // _SHARE
+    index = int(worker) if worker.isdigit() else 0
+    if shares < 2 or index >= shares:
+        return []
     start = _FLOOR + index * _SHARE
-    return range(start, start + _SHARE)
+    offset = os.getpid() * 7919 % _SHARE
+    return [start + (offset + i) % _SHARE for i in range(_SHARE)]
 
 
 _lock = threading.Lock()
-_next = itertools.cycle(_share())
+_ports = _share()
+_next = itertools.cycle(_ports) if _ports else iter(())
 
 
 def _free(port: int) -> bool:
@@ -58,10 +65,9 @@ def _free(port: int) -> bool:
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now, from this test process's own share."""
     with _lock:
-        for _ in range(_SHARE):
-            port = next(_next)
+        for port in itertools.islice(_next, len(_ports)):
             if _free(port):
                 return port
-    with socket.socket() as s:  # the whole share taken: let the OS pick
+    with socket.socket() as s:  # no share, or all of it taken: let the OS pick
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -82,5 +82,14 @@ def test_an_xdist_run_past_its_session_limit_ends_with_the_controllers_stacks(
 
 
 def test_a_test_within_its_limits_is_left_alone(tmp_path: Path) -> None:
-    done, _ = _run(tmp_path, "import time\n\ndef test_quick():\n    time.sleep(0.2)\n")
+    """The guard reads each test's timeout as pytest-timeout resolves it: ``--timeout``
+    over the ini value, and a marker's 0 (no limit) is not the idle limit."""
+    body = (
+        "import time, pytest\n\n"
+        "def test_within_the_command_lines_timeout():\n    time.sleep(4)\n\n"
+        "@pytest.mark.timeout(0)\ndef test_without_a_timeout():\n    time.sleep(4)\n"
+    )
+    limits = {"PG_TESTS_HANG_GRACE": "1", "PG_TESTS_HANG_IDLE": "2"}
+    done, _ = _run(tmp_path, body, "-o", "timeout=1", "--timeout", "30", limits=limits)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout, done.stdout

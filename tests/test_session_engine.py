@@ -14,6 +14,7 @@ from fixture_evidence import GOOD_0
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
+from phasegate.client.api import PhasegateClient
 from phasegate.domain.session.messages import SessionOptions
 from phasegate.workflows._kit import CARRY_PROOF
 
@@ -54,13 +55,28 @@ def _before_the_agent(history: WorkflowHistory) -> tuple[list[str], list[str]]:
     return kinds, local
 
 
+async def _ready(pg: PhasegateClient, sid: str, run_id: str) -> WorkflowHistory:
+    """The run's history once it has published its status (it is ready)."""
+    handle = pg.temporal.get_workflow_handle(sid, run_id=run_id)
+    for _ in range(400):
+        history = await handle.fetch_history()
+        if any(
+            "PhasegateStatus"
+            in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+            for e in history.events
+        ):
+            return history
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} of {sid} never got ready")
+
+
 async def test_a_new_session_records_only_the_loads_patch(session_env, tmp_path):
     pg, _ = session_env
     sid = await pg.start("mini_v1", str(tmp_path), wait=False)
     # Ready after one workflow task: left alone (no query, which the server hands the
     # worker inside a workflow task, closing it early), its first task holds it all.
-    while not [e for e in (await pg.handle(sid).fetch_history()).events if e.event_id > 4]:
-        await asyncio.sleep(0.05)
+    first_run = (await pg.handle(sid).describe()).run_id
+    await _ready(pg, sid, first_run)
     assert (await pg.submit(sid, 0, GOOD_0)).passed
     await pg.submit(sid, 1, {"plan": "the plan"})
     await pg.decide(sid, approver="alice", decision="approve")
@@ -85,7 +101,7 @@ async def test_the_engine_level_survives_continue_as_new(session_env, tmp_path):
     assert (await pg.submit(sid, 0, GOOD_0)).passed
     later_run = (await pg.handle(sid).describe()).run_id
     assert later_run != first_run, "expected a continue-as-new"
-    later = await pg.temporal.get_workflow_handle(sid, run_id=later_run).fetch_history()
+    later = await _ready(pg, sid, later_run)
     # The carried state's proof is _kit's, asked by every workflow type it carries.
     assert [p for p in _patches(later) if f'"{CARRY_PROOF}"' not in p] == []
     assert _change_version_upserts(later) == 1

@@ -327,6 +327,27 @@ async def engine_1(pg: PhasegateClient, home: str) -> None:
     await _reading_checks(pg, home, "engine_1_checks")
 
 
+async def engine_1_continued(pg: PhasegateClient, home: str) -> None:
+    """An engine-1 session continued as new twice or more: each continued run proves its
+    carry (carry-proof-v1, _kit's) and prefetches locally without any session patch."""
+    options = SessionOptions(continue_as_new_after_events=12)
+    sid = await pg.start("mini_v1", home, session_id="engine-1-can", options=options)
+    run_id: str | None = (await pg.handle(sid).describe()).run_id
+    for i in range(3):  # failed attempts grow history past the limit
+        await pg.submit(sid, 0, {"modules_found": 0}, submission_id=f"f{i}")
+    await pg.submit(sid, 0, GOOD_0, submission_id="pass")
+    await pg.submit(sid, 1, {"plan": "the plan"})
+    await pg.decide(sid, approver="alice", decision="approve")
+    await pg.submit(sid, 2, {"tests_run": 1, "tests_passed": 1})
+    await pg.result(sid)
+    n = 0
+    while run_id:
+        history = await pg.temporal.get_workflow_handle(sid, run_id=run_id).fetch_history()
+        await _save(pg, sid, f"engine_1_run{n}", run_id)
+        attrs = history.events[-1].workflow_execution_continued_as_new_event_attributes
+        run_id, n = attrs.new_execution_run_id or None, n + 1
+
+
 async def _static_walk(
     pg: PhasegateClient, home: str, session_id: str, name: str, *, repeat: bool = False
 ) -> None:
@@ -349,6 +370,7 @@ async def _static_walk(
 SCENARIOS = {
     "load-here": load_here,
     "engine-1": engine_1,
+    "engine-1-continued": engine_1_continued,
     "task-state": task_state,
     "carry-proof": carry_proof,
     "verify-here": verify_here,
