@@ -104,6 +104,10 @@ class RetryingAgent:
         self.done = False
         self.slowest = 0.0
         self.patience = patience
+        # Held before phase ``hold_at`` until ``hold`` is set: a session still walking when
+        # the suite kills the dev server (scenario C), however fast the others finished.
+        self.hold: asyncio.Event | None = None
+        self.hold_at = -1
 
     def evidence(self, phase: int) -> dict[str, Any]:
         """Evidence unique to this session and phase, so a lost or swapped one shows."""
@@ -116,6 +120,9 @@ class RetryingAgent:
     async def walk(self, max_tries: int = 200) -> None:
         phase, attempt, tries, began = 0, 0, 0, time.monotonic()
         while not self.done:
+            if self.hold is not None and phase == self.hold_at and not self.hold.is_set():
+                await self.hold.wait()
+                began = time.monotonic()
             submission_id = f"{self.session_id}-p{phase}-a{attempt}"
             tries += 1
             if tries > max_tries:
@@ -278,9 +285,14 @@ def _markers(workspaces: Path) -> dict[int, int]:
 
 
 async def inject_faults(
-    cluster: Cluster, agents: list[RetryingAgent], calls: Counter[str], workspaces: Path
+    cluster: Cluster,
+    agents: list[RetryingAgent],
+    calls: Counter[str],
+    workspaces: Path,
+    held: int = 0,
 ) -> list[Kill]:
-    """Scenarios A, B, C in turn, each once its moment has come."""
+    """Scenarios A, B, C in turn, each once its moment has come (``held``: agents that
+    wait before their last phase until C is over, so C finds a session mid-walk)."""
     began = time.monotonic()
     kills: list[Kill] = []
 
@@ -326,7 +338,7 @@ async def inject_faults(
         kill.down_seconds = time.monotonic() - down
 
     # C: the dev server, while sessions are mid-walk with updates in flight.
-    await _until(lambda: calls["in_flight"] > 0 or not walking(), timeout=60)
+    await _until(lambda: calls["in_flight"] > 0 or walking() <= held, timeout=60)
     kill = kill_record("C dev server, mid-walk")
     down = time.monotonic()
     cluster.kill_server()
@@ -401,10 +413,14 @@ async def run_suite(
             pg = pgs[i % len(pgs)]
             sid = await pg.start(WORKFLOW, str(workspace))
             agents.append(RetryingAgent(pg, sid, think, calls))
+        agents[0].hold, agents[0].hold_at = asyncio.Event(), phases - 1
         began = time.monotonic()
         walks = asyncio.gather(*(a.walk() for a in agents))
         try:
-            report.kills = await inject_faults(cluster, agents, calls, root / "ws")
+            try:
+                report.kills = await inject_faults(cluster, agents, calls, root / "ws", held=1)
+            finally:
+                agents[0].hold.set()  # after C (or a failed injection): walk on
             await asyncio.wait_for(walks, timeout=deadline)
         except Exception as exc:  # noqa: BLE001 - a finding of its own: report it
             walks.cancel()
