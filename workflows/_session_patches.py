@@ -16,7 +16,6 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from phasegate.domain.session.messages import SessionPlan
     from phasegate.domain.session.state import SessionState
 
 __all__ = [
@@ -59,9 +58,9 @@ ENGINE_1 = frozenset(
 )
 
 
-def patched(session: SessionState | SessionPlan | None, patch: str) -> bool:
+def patched(state: SessionState | None, patch: str) -> bool:
     """``workflow.patched(patch)``, answered without a marker where the session's engine
-    level (its state's, or its plan's while the state is being built) includes ``patch``."""
-    if session is not None and session.engine >= 1 and patch in ENGINE_1:
+    level includes ``patch``."""
+    if state is not None and state.engine >= 1 and patch in ENGINE_1:
         return True
     return workflow.patched(patch)

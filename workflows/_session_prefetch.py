@@ -40,15 +40,32 @@ def start_prefetch(state: SessionState, index: int, *, here: bool = False) -> Pr
     the task queue, in the background of the workflow tasks that answer the agent."""
     request = RenderPhaseRequest(ref=state.ref, index=index)
     summary = f"prefetch phase {index}"
-    method = (
-        SealedPrefetch.prefetch_phase
-        if state.sealed_prefetch
-        else DefinitionActivities.render_phase
-    )
-    start = workflow.start_local_activity_method if here else workflow.start_activity_method
-    task: Prefetching = start(
-        method, request, start_to_close_timeout=_TIMEOUT, retry_policy=_RETRY, summary=summary
-    )
+    method = SealedPrefetch.prefetch_phase if state.sealed_prefetch else None
+    task: Prefetching
+    if here and method is not None:
+        task = workflow.start_local_activity_method(
+            method, request, start_to_close_timeout=_TIMEOUT, retry_policy=_RETRY, summary=summary
+        )
+    elif here:
+        task = workflow.start_local_activity_method(
+            DefinitionActivities.render_phase,
+            request,
+            start_to_close_timeout=_TIMEOUT,
+            retry_policy=_RETRY,
+            summary=summary,
+        )
+    elif method is not None:
+        task = workflow.start_activity_method(
+            method, request, start_to_close_timeout=_TIMEOUT, retry_policy=_RETRY, summary=summary
+        )
+    else:
+        task = workflow.start_activity_method(
+            DefinitionActivities.render_phase,
+            request,
+            start_to_close_timeout=_TIMEOUT,
+            retry_policy=_RETRY,
+            summary=summary,
+        )
     # A failed prefetch is only a cache miss; mark its exception as seen.
     task.add_done_callback(lambda t: t.cancelled() or t.exception())
     return task

@@ -185,7 +185,7 @@ class GatedSession:
                     unsigned_approvals=plan.unsigned_approvals,
                     operator_keys=plan.operator_keys,
                     unsigned_controls=plan.unsigned_controls,
-                    signs_evidence=patched(plan, SIGNS_EVIDENCE),
+                    signs_evidence=plan.engine >= 1 or workflow.patched(SIGNS_EVIDENCE),
                 ),
             )
             self._state.note_run(workflow.info().run_id)
