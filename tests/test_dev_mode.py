@@ -337,6 +337,47 @@ def test_stdio_mcp_stops_on_one_ctrl_c(tmp_path):
     assert proc.stderr is not None and "Traceback" not in proc.stderr.read().decode()
 
 
+def _unblocked(pid: int, signum: int) -> list[int]:
+    """Threads of ``pid`` that do not block ``signum`` (from /proc's SigBlk masks)."""
+    unblocked = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        blocked = re.search(r"^SigBlk:\s*([0-9a-f]+)$", status, re.MULTILINE)
+        assert blocked is not None, status
+        if not int(blocked.group(1), 16) & (1 << (signum - 1)):
+            unblocked.append(int(task.name))
+    return unblocked
+
+
+def test_stdio_mcp_takes_ctrl_c_on_one_waiting_thread(tmp_path):
+    """The kernel gives a process's signal to any thread that does not block it.
+
+    Before, every thread took SIGINT, and one landing on the stdin thread left the main
+    thread asleep in its event loop, so Ctrl-C did nothing (a CI run saw it hang 10 s).
+    Now exactly one thread, which only waits for the signal, can take it.
+    """
+    master, slave = pty.openpty()
+    tty.setraw(slave)
+    proc = _mcp(tmp_path, slave)
+    os.close(slave)
+    try:
+        os.write(master, (json.dumps(_INIT) + "\n").encode())
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline())["id"] == 1  # serving, its threads started
+        threads = list(Path(f"/proc/{proc.pid}/task").iterdir())
+        assert len(threads) >= 3  # main, the stdin reader, the signal waiter
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            takers = _unblocked(proc.pid, signum)
+            assert len(takers) == 1 and takers[0] != proc.pid, (signum, takers)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
 def test_stdio_mcp_stops_when_the_client_closes_stdin(tmp_path):
     proc = _mcp(tmp_path, subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None

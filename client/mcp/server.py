@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -155,14 +156,29 @@ def _leave_on_signal() -> None:
     The transport reads stdin in a thread that no cancellation interrupts, so a
     cancelled server would wait for the client's next line (and need a second Ctrl-C).
     Nothing is left to save: every tool call is a Temporal request, durable or not sent.
+
+    A Python handler runs only in the main thread, and the kernel may deliver a
+    process's signal to any thread that does not block it: one delivered to the stdin
+    thread left the main thread asleep in its event loop. So both signals are blocked
+    here, before any thread exists (threads inherit the mask), and one thread waits for
+    them with ``sigwait``, whatever the main thread is doing.
     """
+    wanted = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    threading.Thread(target=_wait_and_leave, args=(wanted,), name="leave", daemon=True).start()
 
-    def leave(signum: int, _frame: object) -> None:
-        logging.shutdown()
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(130 if signum == signal.SIGINT else 0)
 
-    signal.signal(signal.SIGINT, leave)
-    signal.signal(signal.SIGTERM, leave)
+def _wait_and_leave(wanted: set[signal.Signals]) -> None:
+    signum = signal.sigwait(wanted)
+    # Flushing could wait on a pipe the client no longer reads: give it a second.
+    flusher = threading.Thread(target=_flush, daemon=True)
+    flusher.start()
+    flusher.join(timeout=1.0)
+    os._exit(130 if signum == signal.SIGINT else 0)
+
+
+def _flush() -> None:
+    logging.shutdown()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
