@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
@@ -121,6 +121,7 @@ class _Plain(BaseModel):
     workflow_id: str
     index: int
     phase: PhaseDefinition | None = None
+    ahead: list[PhaseDefinition] = Field(default_factory=list)
     problem: str = ""
 
 
@@ -246,6 +247,7 @@ def seal(ring: KeyRing, value: SealedPhase) -> Payload:
         workflow_id=value.workflow_id,
         index=value.index,
         phase=value.phase,
+        ahead=value.ahead,
         problem=value.problem,
     )
     nonce = os.urandom(_NONCE)
@@ -308,6 +310,7 @@ def open_sealed(ring: KeyRing | None, payload: Payload) -> SealedPhase:
         workflow_id=plain.workflow_id,
         index=plain.index,
         phase=plain.phase,
+        ahead=plain.ahead,
         problem=plain.problem,
     )
     return opened.mark_opened(kid)

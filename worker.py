@@ -280,6 +280,7 @@ def _main_worker(
         target_roots=settings.target_roots,
         prefetch=settings.prefetch,
         sealed_prefetch=ring_of(client.data_converter) is not None,
+        prefetch_ahead_bytes=settings.prefetch_ahead_bytes,
         test_command=settings.test_command,
         allowed_commands=settings.command_allowlist(),
     )
@@ -314,6 +315,7 @@ def _main_worker(
         activities=[
             definitions.load_session,
             definitions.render_phase,
+            definitions.render_phases,
             SealedPrefetch(definitions).prefetch_phase,
             rag.retrieve_context,
             notify_webhook,

@@ -37,12 +37,8 @@ from collections.abc import Callable
 from temporalio import activity
 
 from phasegate.domain.errors import VerifyInvalid
-from phasegate.domain.session.messages import (
-    ChecksHereRequest,
-    ChecksHereResult,
-    PhaseDefinition,
-    RenderPhaseRequest,
-)
+from phasegate.domain.session.messages import PhaseDefinition
+from phasegate.domain.session.plan import ChecksHereRequest, ChecksHereResult, RenderPhaseRequest
 from phasegate.domain.verify import VerifyReport, VerifyRequest, reads_only
 from phasegate.temporal import application_error
 

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from phasegate.activities._git_head import git_head
+from phasegate.activities._phase_context import attach_context
 from phasegate.activities._phase_render import (
     render_static_phase,
     session_context,
@@ -47,13 +49,12 @@ from phasegate.activities.tasks_md import SPEC_LIMIT
 from phasegate.activities.templates import Renderer
 from phasegate.domain.commands import SessionCommands, bind_gate
 from phasegate.domain.errors import DefinitionError, PhasegateError, SessionError
-from phasegate.domain.rag import RetrievalQuery, context_sections, pack
-from phasegate.domain.session.messages import (
+from phasegate.domain.limits import AHEAD_BYTES
+from phasegate.domain.session.messages import DefinitionRef, PhaseDefinition, RenderedTask
+from phasegate.domain.session.plan import (
     SESSION_ENGINE,
-    DefinitionRef,
     LoadSessionRequest,
-    PhaseDefinition,
-    RenderedTask,
+    PhasesAhead,
     RenderPhaseRequest,
     SessionPlan,
 )
@@ -69,7 +70,6 @@ _TARGET_HINT = (
 )
 _WARM_DELAY_SECONDS = 0.05
 _STAMP_SECONDS = 1.0
-_TASKS_WITH_CONTEXT = 50  # larger phases get context for the phase, not for each task
 
 __all__ = ["DefinitionActivities", "example_evidence", "render_static_phase"]
 
@@ -103,6 +103,7 @@ class DefinitionActivities:
         allow_unsigned_controls: bool | None = None,
         prefetch: bool = True,
         sealed_prefetch: bool = False,
+        prefetch_ahead_bytes: int | None = None,
         target_roots: list[str] | None = None,
         spec_roots: list[str] | None = None,
         max_spec_bytes: int = SPEC_LIMIT,
@@ -122,6 +123,9 @@ class DefinitionActivities:
         self.operator_keys = list(operator_keys or [])
         self.prefetch = prefetch
         self.sealed_prefetch = sealed_prefetch  # the worker's client holds a seal key ring
+        # Phases past the next go into history only sealed, unless the deployment says so.
+        default_ahead = AHEAD_BYTES if sealed_prefetch else 0
+        self.ahead_bytes = default_ahead if prefetch_ahead_bytes is None else prefetch_ahead_bytes
         self.target_roots = list(target_roots or [])
         self.retriever = retriever
         self.context_tokens = context_tokens
@@ -132,6 +136,7 @@ class DefinitionActivities:
         self._stamps: dict[Path, tuple[float, tuple[int, int]]] = {}
         # Rendered phase (by identity: build_phase serves cached objects) -> with context.
         self._with_context: dict[tuple[str, int], tuple[PhaseDefinition, PhaseDefinition]] = {}
+        self._sizes: dict[int, tuple[PhaseDefinition, int]] = {}  # served phase -> JSON size
         self.snapshots = SnapshotStore(home, max_spec_bytes=max_spec_bytes)
         self.renderer = Renderer()
         # Warms this process's caches (compiled templates, gates) for the phase after
@@ -156,11 +161,7 @@ class DefinitionActivities:
     @activity.defn(name="render_phase")
     def render_phase(self, req: RenderPhaseRequest) -> PhaseDefinition:
         """Render phase ``req.index`` of the session described by ``req.ref``."""
-        try:
-            wf = find_workflow(req.ref.workflow_type, self.library_paths)
-            phase = self.build_phase(wf, req.ref, req.index)
-        except PhasegateError as exc:
-            raise application_error(exc) from None
+        phase = self._render(req.ref, req.index)
         # Warm the phase after this one only where it will be rendered at its advance (a
         # local activity: prefetch off, or a gate whose reading checks render it). A
         # prefetch (a regular activity) is followed by another prefetch, off the advance's
@@ -169,7 +170,50 @@ class DefinitionActivities:
         # it twice.
         if activity.in_activity() and activity.info().is_local:
             self._warm(req.ref, req.index + 1)
-        return self.with_context(req.ref, phase)
+        return phase
+
+    @activity.defn(name="render_phases")
+    def render_phases(self, req: RenderPhaseRequest) -> PhasesAhead:
+        """Phase ``req.index`` and the phases after it that fit ``req.ahead_bytes``."""
+        return PhasesAhead(phases=self.phases_ahead(req))
+
+    def phases_ahead(self, req: RenderPhaseRequest) -> list[PhaseDefinition]:
+        """Phase ``req.index`` (its render error raised as ``render_phase`` raises it), then
+        the phases after it in order while all of them fit ``req.ahead_bytes`` of JSON. A
+        later phase that does not render ends the run: its own advance reports the error."""
+        phases = [self._render(req.ref, req.index)]
+        used = self._size(phases[0])
+        for index in range(req.index + 1, req.ref.total_phases):
+            try:
+                phase = self._render(req.ref, index)
+            except ApplicationError:
+                break
+            used += self._size(phase)
+            if used > req.ahead_bytes:
+                break
+            phases.append(phase)
+        return phases
+
+    def _render(self, ref: DefinitionRef, index: int) -> PhaseDefinition:
+        try:
+            wf = find_workflow(ref.workflow_type, self.library_paths)
+            phase = self.build_phase(wf, ref, index)
+        except PhasegateError as exc:
+            raise application_error(exc) from None
+        return self.with_context(ref, phase)
+
+    def _size(self, phase: PhaseDefinition) -> int:
+        """``phase``'s JSON size, remembered for the cached (shared) phase objects."""
+        with self._cache_lock:
+            hit = self._sizes.get(id(phase))
+        if hit is not None and hit[0] is phase:
+            return hit[1]
+        size = len(phase.model_dump_json())
+        with self._cache_lock:
+            if len(self._sizes) > 256:
+                self._sizes.clear()
+            self._sizes[id(phase)] = (phase, size)
+        return size
 
     def with_context(self, ref: DefinitionRef, phase: PhaseDefinition) -> PhaseDefinition:
         """Attach retrieved docs to the phase and each task. Never from a later phase:
@@ -189,58 +233,10 @@ class DefinitionActivities:
         return done
 
     def _attach_context(self, ref: DefinitionRef, phase: PhaseDefinition) -> PhaseDefinition:
-        own = _phase_number(phase, ref)
-        try:
-            context = self._search(
-                ref.workflow_type,
-                own,
-                f"{phase.name} {_lead(phase.content)}",
-                self.context_k,
-                self.context_tokens,
-            )
-            tasks = [
-                t.model_copy(
-                    update={
-                        "context": self._search(
-                            ref.workflow_type,
-                            own,
-                            f"{t.name} {_lead(t.content)}",
-                            max(1, self.context_k // 2),
-                            self.context_tokens // 2,
-                        )
-                    }
-                )
-                for t in (phase.tasks if len(phase.tasks) <= _TASKS_WITH_CONTEXT else [])
-            ]
-        except Exception as exc:  # noqa: BLE001 - context is an aid, not a gate
-            activity.logger.warning(
-                "context retrieval failed: %s", exc
-            ) if activity.in_activity() else None
-            return phase
-        # Context is an aid: it never makes a phase too large to serve (the phase itself
-        # was checked against max_phase_bytes when it was rendered).
-        for update in (
-            {"context": context, "tasks": tasks or phase.tasks},
-            {"context": context},
-        ):
-            done = phase.model_copy(update=update)
-            if len(done.model_dump_json()) <= self.max_phase_bytes:
-                return done
-        return phase
-
-    def _search(
-        self, workflow_type: str, own: int, text: str, k: int, budget: int
-    ) -> list[dict[str, Any]]:
         assert self.retriever is not None
-        query = RetrievalQuery(
-            text=text, workflow_type=workflow_type, max_phase=own, k=k + 3, token_budget=budget * 2
+        return attach_context(
+            self.retriever, ref, phase, self.context_k, self.context_tokens, self.max_phase_bytes
         )
-        found = [
-            c
-            for c in self.retriever.search(query)
-            if not (c.workflow_type == workflow_type and c.phase == own)
-        ]
-        return [s.model_dump() for s in context_sections(pack(found, budget, k))]
 
     def _warm(self, ref: DefinitionRef, index: int) -> None:
         if index < ref.total_phases:
@@ -332,6 +328,7 @@ class DefinitionActivities:
             unsigned_controls=self.allow_unsigned_controls,
             prefetch=self.prefetch,
             sealed_prefetch=self.sealed_prefetch,
+            ahead_bytes=self.ahead_bytes,
             task_folder=task_folder_for(
                 req.target, spec_source, req.options.task_files, meta.name or meta.workflow_type
             ),
@@ -551,21 +548,3 @@ def _approver_keys(meta: Any, wf: WorkflowDir) -> list[ApproverKey]:
             where=f"{wf.path / 'metadata.json'}: approver_keys",
             hint="each entry is {name, public_key} as printed by `phasegate keys export NAME`",
         ) from None
-
-
-def _phase_number(phase: PhaseDefinition, ref: DefinitionRef) -> int:
-    """The phase number the library's docs use: the written number of a static phase;
-    for a dynamic phase, the last static phase (all static docs are behind it)."""
-    if phase.index < ref.static_phase_count and phase.label.isdigit():
-        return int(phase.label)
-    return (
-        max(ref.static_phase_count - 1, 0) if phase.index >= ref.static_phase_count else phase.index
-    )
-
-
-def _lead(markdown: str, limit: int = 400) -> str:
-    """The first prose of a document, for a retrieval query."""
-    lines = [
-        ln.strip("#>*- ") for ln in markdown.splitlines() if ln.strip() and not ln.startswith("```")
-    ]
-    return " ".join(lines)[:limit]

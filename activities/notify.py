@@ -9,7 +9,7 @@ import urllib.request
 from temporalio import activity
 
 from phasegate.domain.errors import NotifyFailed, NotifyInvalid
-from phasegate.domain.session.messages import NotifyRequest
+from phasegate.domain.session.plan import NotifyRequest
 from phasegate.temporal import application_error
 
 __all__ = ["notify_webhook"]

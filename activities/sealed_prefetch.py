@@ -1,4 +1,5 @@
-"""The sealed prefetch: a session's next phase rendered for its history to hold sealed.
+"""The sealed prefetch: a session's next phase (and, engine 2, the phases after it that
+fit the request's ``ahead_bytes``) rendered for its history to hold sealed.
 
 Registered on the session worker. Its result, a
 :class:`~phasegate.domain.session.sealed.SealedPhase`, is encrypted by the worker's
@@ -17,7 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from phasegate.activities.definitions import DefinitionActivities
-from phasegate.domain.session.messages import RenderPhaseRequest
+from phasegate.domain.session.plan import RenderPhaseRequest
 from phasegate.domain.session.sealed import SealedPhase
 
 __all__ = ["SealedPrefetch"]
@@ -39,7 +40,11 @@ class SealedPrefetch:
             namespace=info.namespace, workflow_id=info.workflow_id or "", index=req.index
         )
         try:
-            sealed.phase = self._definitions.render_phase(req)
+            if req.ahead_bytes:
+                phases = self._definitions.phases_ahead(req)
+                sealed.phase, sealed.ahead = phases[0], phases[1:]
+            else:
+                sealed.phase = self._definitions.render_phase(req)
         except ApplicationError as exc:  # a phasegate error, as render_phase reports it
             sealed.problem = exc.message
         except Exception as exc:  # noqa: BLE001 - a fault: logged here, a miss there

@@ -10,6 +10,8 @@ as many raw updates, with the same concurrency.
 
     .venv/bin/python bench/concurrent_agents.py [--sessions 200] [--phases 10]
     .venv/bin/python bench/concurrent_agents.py --workflow spec_execution_v1  # the flagship
+    .venv/bin/python bench/concurrent_agents.py --ahead 131072  # phases rendered ahead
+    .venv/bin/python bench/concurrent_agents.py --sealed  # sealed: phases ahead by default
 
 With ``--workflow spec_execution_v1`` every session works a real 7-phase Kiro spec (phase
 0, approved by an unsigned ``lead``, then 6 dynamic phases whose gate checks the files the
@@ -31,6 +33,7 @@ from _common import bench_environment, start_bench_worker, stop_bench_worker
 from advance_latency import write_library
 from baseline import RawUpdateWorkflow
 
+from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.domain.settings import Settings
@@ -78,6 +81,13 @@ async def walk_all(
     advances = sum(len(a.steps) for a in agents)
     calls = advances + sum(a.queries for a in agents)
     return advances / elapsed, calls / advances
+
+
+def _ring(tmp: Path) -> str:
+    path = tmp / "seal" / "ring.json"
+    path.parent.mkdir(mode=0o700)
+    keys.new_seal_ring(path)
+    return str(path)
 
 
 def _evidence(view: PhaseView) -> dict:
@@ -134,7 +144,12 @@ async def start_sessions(pgs: list[PhasegateClient], n: int, kind: Kind) -> list
 
 
 async def main(
-    sessions: int, phases: int, prefetch: bool = True, workflow_type: str = "bench_v1"
+    sessions: int,
+    phases: int,
+    prefetch: bool = True,
+    workflow_type: str = "bench_v1",
+    ahead: int | None = None,
+    sealed: bool = False,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         library = Path(tmp) / "library"
@@ -150,7 +165,13 @@ async def main(
                 task_queue,
                 str(library),
                 tmp,
-                {"prefetch": prefetch, "allow_unsigned_approvals": True},
+                {
+                    "prefetch": prefetch,
+                    "allow_unsigned_approvals": True,
+                    "prefetch_ahead_bytes": ahead,
+                    # A seal key ring: prefetches sealed, and phases ahead by default.
+                    "seal_keys_file": _ring(Path(tmp)) if sealed else None,
+                },
             )
             try:
                 # Agents are separate programs: one connection per 50 of them (a single
@@ -163,7 +184,8 @@ async def main(
                 pgs = [PhasegateClient(c, task_queue) for c in clients]
                 print(
                     f"{sessions} concurrent {workflow_type} sessions x {phases} phases, prefetch "
-                    f"{'on' if prefetch else 'off'}",
+                    f"{'on' if prefetch else 'off'}{', sealed' if sealed else ''}, phases ahead "
+                    f"{'the default' if ahead is None else f'{ahead} bytes'}",
                     flush=True,
                 )
                 raw = await raw_updates(clients, f"{task_queue}-raw", sessions, phases)
@@ -193,5 +215,18 @@ if __name__ == "__main__":
         "--no-prefetch", action="store_true", help="the worker renders each phase at its advance"
     )
     parser.add_argument("--workflow", choices=["bench_v1", "spec_execution_v1"], default="bench_v1")
+    parser.add_argument(
+        "--ahead",
+        type=int,
+        metavar="BYTES",
+        help="PHASEGATE_PREFETCH_AHEAD on the worker (a prefetch renders the phases that fit)",
+    )
+    parser.add_argument(
+        "--sealed", action="store_true", help="the worker holds a seal key ring (sealed prefetch)"
+    )
     args = parser.parse_args()
-    _common.run(main(args.sessions, args.phases, not args.no_prefetch, args.workflow))
+    _common.run(
+        main(
+            args.sessions, args.phases, not args.no_prefetch, args.workflow, args.ahead, args.sealed
+        )
+    )

@@ -29,7 +29,8 @@ from phasegate.activities.library import find_workflow
 from phasegate.activities.snapshots import SnapshotStore
 from phasegate.activities.tasks_md import generate_tasks_md, parse_tasks_md, read_spec
 from phasegate.activities.tasks_md._parse import _MD
-from phasegate.domain.session.messages import LoadSessionRequest, SessionOptions
+from phasegate.domain.session.messages import SessionOptions
+from phasegate.domain.session.plan import LoadSessionRequest
 
 WORKFLOW = "spec_execution_v1"
 PHASE = 5  # a phase built from the spec (phase 0 is the static planning phase)

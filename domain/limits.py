@@ -38,6 +38,10 @@ MAX_PHASE = 10_000
 MAX_EVIDENCE_BYTES_LIMIT = 512 * 1024  # highest max_evidence_bytes (carry must fit)
 MAX_OPTIONS_BYTES = 64 * 1024  # a session's options as JSON, extra keys included
 MAX_LIST_ITEMS = 64  # approvers, approver keys
+# A prefetch renders the phases ahead while they fit (engine 2): one render serves a walk
+# of small phases; Temporal warns on payloads above 256 KB (a phase alone may reach 512 KiB).
+AHEAD_BYTES = 128 * 1024
+MAX_AHEAD_BYTES = 256 * 1024
 
 RESERVED_PREFIX = "phasegate:"  # phasegate's own actors (``phasegate:deadline``)
 

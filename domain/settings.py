@@ -35,6 +35,7 @@ from phasegate.domain.agent_settings import (
 )
 from phasegate.domain.commands import CommandRefused, parse_allowlist, split_command
 from phasegate.domain.errors import PhasegateError
+from phasegate.domain.limits import AHEAD_BYTES, MAX_AHEAD_BYTES
 from phasegate.domain.orchestration.agents import AgentName
 
 __all__ = [
@@ -143,6 +144,16 @@ class Settings(BaseModel):
         description="Allow sessions to render their next phase ahead (PHASEGATE_PREFETCH=0 "
         "turns it off for every session: a sealed deployment keeps future phases out of "
         "history whatever a starter asks).",
+    )
+    prefetch_ahead_bytes: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_AHEAD_BYTES,
+        description="How much a prefetch renders past the next phase, in bytes of JSON "
+        "(PHASEGATE_PREFETCH_AHEAD; 0: the next phase only). Unset: "
+        f"{AHEAD_BYTES // 1024} KiB where the worker holds a seal key ring (the phases are "
+        "sealed), else 0: a Temporal client reading an open deployment's history sees the "
+        "next phase, not the walk. Set it where agents have no Temporal client (MCP only).",
     )
     workflow_sandbox: bool = Field(
         False,
@@ -389,6 +400,9 @@ class Settings(BaseModel):
             allow_unsigned_controls=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_CONTROLS")),
             verify_concurrency=int(env.get("PHASEGATE_VERIFY_CONCURRENCY") or 4),
             prefetch=_flag(env.get("PHASEGATE_PREFETCH")) is not False,
+            prefetch_ahead_bytes=int(env["PHASEGATE_PREFETCH_AHEAD"])
+            if env.get("PHASEGATE_PREFETCH_AHEAD")
+            else None,
             workflow_sandbox=_flag(env.get("PHASEGATE_WORKFLOW_SANDBOX")) is True,
             seal_keys_file=env.get("PHASEGATE_SEAL_KEYS") or None,
             test_command=env.get("PHASEGATE_TEST_COMMAND") or None,

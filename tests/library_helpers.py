@@ -24,7 +24,8 @@ from phasegate.activities.definitions import DefinitionActivities
 from phasegate.activities.library import find_workflow
 from phasegate.domain.commands import bind_gate
 from phasegate.domain.gates import GateDefinition, load_gate
-from phasegate.domain.session.messages import DefinitionRef, LoadSessionRequest, SessionOptions
+from phasegate.domain.session.messages import DefinitionRef, SessionOptions
+from phasegate.domain.session.plan import LoadSessionRequest
 from phasegate.domain.spec import SpecPhase
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -168,14 +168,21 @@ def completed_results(history: History, activity_type: str) -> list[Payload]:
     return found
 
 
+def local_activities(history: History, activity_type: str) -> int:
+    """Local activity markers of ``activity_type``."""
+    count = 0
+    for e in history.events:
+        marker = e.marker_recorded_event_attributes
+        if e.event_type != EventType.EVENT_TYPE_MARKER_RECORDED or "data" not in marker.details:
+            continue
+        data = marker.details["data"].payloads
+        count += any(json.loads(d.data).get("activity_type") == activity_type for d in data)
+    return count
+
+
 def local_renders(history: History) -> int:
     """Local activity markers of ``render_phase`` (a phase rendered at its advance)."""
-    return sum(
-        1
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-        and b"render_phase" in e.marker_recorded_event_attributes.SerializeToString()
-    )
+    return local_activities(history, "render_phase")
 
 
 async def wait_prefetches(

@@ -24,12 +24,8 @@ from phasegate.activities.library import find_workflow, load_gate_file, read_tex
 from phasegate.activities.rag import FtsIndex
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import DefinitionError
-from phasegate.domain.session.messages import (
-    LoadSessionRequest,
-    RenderPhaseRequest,
-    SessionOptions,
-    SessionPlan,
-)
+from phasegate.domain.session.messages import SessionOptions
+from phasegate.domain.session.plan import LoadSessionRequest, RenderPhaseRequest, SessionPlan
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_LIBRARY = REPO / "tests" / "fixtures" / "library"

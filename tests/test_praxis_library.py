@@ -25,11 +25,8 @@ from phasegate.activities.templates import Renderer
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import DefinitionError
 from phasegate.domain.library import PhaseMetadata, TaskMetadata, reconcile_tasks
-from phasegate.domain.session.messages import (
-    LoadSessionRequest,
-    PhaseView,
-    SessionOptions,
-)
+from phasegate.domain.session.messages import PhaseView, SessionOptions
+from phasegate.domain.session.plan import LoadSessionRequest
 from phasegate.testing import (
     ScriptedAgent,
     unsigned_approver,

@@ -24,6 +24,7 @@ from sealed_helpers import (
     completed_results,
     local_renders,
     raw_history,
+    scheduled,
     wait_prefetches,
     write_library,
 )
@@ -40,17 +41,23 @@ from phasegate.activities.sealed_prefetch import SealedPrefetch
 from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.errors import PhasegateError
-from phasegate.domain.session.messages import PhaseView, RenderPhaseRequest, SessionOptions
+from phasegate.domain.session.messages import PhaseView, SessionOptions
+from phasegate.domain.session.plan import RenderPhaseRequest
 from phasegate.sealing import sealing_client
 from phasegate.workflows.gated_session import GatedSession
 
 
+@pytest.mark.parametrize("ahead", [None, 0], ids=["phases-ahead", "next-phase-only"])
 async def test_a_level_2_agent_reads_no_future_phase_from_history(
-    env, settings_for, run_worker, tmp_path
+    env, settings_for, run_worker, tmp_path, ahead
 ):
+    """By default a sealed deployment's prefetch renders every phase that fits ahead (one
+    sealed window per run); with PHASEGATE_PREFETCH_AHEAD=0, the next phase at a time."""
     ring = tmp_path / "seal-ring.json"
     keys.new_seal_ring(ring)
-    settings = settings_for(write_library(tmp_path), seal_keys_file=str(ring))
+    settings = settings_for(
+        write_library(tmp_path), seal_keys_file=str(ring), prefetch_ahead_bytes=ahead
+    )
     async with run_worker(settings):
         # The agent's client: phasegate's, connected without PHASEGATE_SEAL_KEYS.
         pg = PhasegateClient(env.client, settings.task_queue)
@@ -76,6 +83,9 @@ async def test_a_level_2_agent_reads_no_future_phase_from_history(
     assert len(runs) > 1, "expected continue-as-new"
     # Every advance took its phase from the sealed prefetch: none rendered at the advance.
     assert sum(local_renders(h) for h in runs) == 0
+    if ahead is None:  # one sealed window per run, in its first workflow task; none after
+        assert all(len(completed_results(h, "prefetch_sealed_phase")) <= 1 for h in runs)
+        assert not any(scheduled(h, "prefetch_sealed_phase") for h in runs)
     assert (await pg.result(sid)).status == "completed"
 
 
@@ -134,10 +144,16 @@ class Forger:
         return RawValue(Payload(metadata=metadata, data=nonce + data))
 
 
-async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, tmp_path):
+@pytest.mark.parametrize("ahead", [0, 1], ids=["next-phase", "window-of-one"])
+async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, tmp_path, ahead):
+    """A prefetch an advance starts goes to the task queue, where a rogue can answer it:
+    with one phase at a time, and with windows (here of one phase, so the advance starts
+    one; a window is sealed and opened as one payload)."""
     ring = tmp_path / "seal-ring.json"
     sealing = keys.new_seal_ring(ring)
-    settings = settings_for(write_library(tmp_path), seal_keys_file=str(ring))
+    settings = settings_for(
+        write_library(tmp_path), seal_keys_file=str(ring), prefetch_ahead_bytes=ahead
+    )
     pg = PhasegateClient(env.client, settings.task_queue)
     forger = Forger()
     forger.kid = sealing.sealing.kid
@@ -152,7 +168,11 @@ async def test_a_forged_prefetch_is_never_served(env, settings_for, run_worker, 
     # agent's own connection) answers every one on the queue, so the prefetch an advance
     # starts (phase 2, after phase 0's) with a forgery.
     definitions = DefinitionActivities(
-        settings.library_paths, settings.home, allow_unsigned_approvals=True, sealed_prefetch=True
+        settings.library_paths,
+        settings.home,
+        allow_unsigned_approvals=True,
+        sealed_prefetch=True,
+        prefetch_ahead_bytes=ahead,
     )
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         session_worker = Worker(

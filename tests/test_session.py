@@ -31,6 +31,7 @@ from phasegate.domain.session.messages import (
     SessionOptions,
     TaskView,
 )
+from phasegate.domain.session.plan import PHASE_ATTRIBUTE_SECONDS
 
 SECRET = "SECRET-FUTURE-CONTENT"
 
@@ -313,13 +314,37 @@ async def test_dynamic_session_snapshot(session_env, tmp_path):
     assert ok.passed and ok.next_phase and ok.next_phase.name == "Feature"
 
 
+async def test_a_status_change_is_published_at_once_with_the_phase(session_env, tmp_path):
+    """The phase alone is held (an upsert costs the server as much as the advance); a
+    status change is not, and carries the phase it happened on."""
+    from phasegate.temporal import SA_PHASE, SA_STATUS
+
+    pg, _ = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+    assert (await pg.submit(sid, 0, GOOD_0)).passed
+    sa = (await pg.handle(sid).describe()).typed_search_attributes
+    assert (sa.get(SA_PHASE), sa.get(SA_STATUS)) == (0, "active")  # held: this test can fail
+    assert (await pg.submit(sid, 1, {"plan": "the plan"})).awaiting_approval
+    sa = (await pg.handle(sid).describe()).typed_search_attributes
+    assert (sa.get(SA_PHASE), sa.get(SA_STATUS)) == (1, "awaiting_approval")
+    upserts = [
+        e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+        async for e in pg.handle(sid).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+    ]
+    ours = [fields for fields in upserts if "PhasegatePhase" in fields]
+    assert len(ours) == 2  # the load's and the status change's, nothing for phase 1 alone
+
+
 async def test_visibility_search_attributes(session_env, tmp_path):
     pg, _ = session_env
     sid = await pg.start("mini_v1", str(tmp_path))
     await pg.submit(sid, 0, GOOD_0)
     from phasegate.temporal import SA_PHASE, SA_STATUS, SA_WORKFLOW
 
-    for _ in range(50):  # upserted with the prefetch's workflow task, just after the advance
+    # A change of the phase alone is held for PHASE_ATTRIBUTE_SECONDS after the last
+    # upsert (the load's), then written by a timer.
+    for _ in range(int(PHASE_ATTRIBUTE_SECONDS + 5) * 20):
         desc = await pg.handle(sid).describe()
         sa = desc.typed_search_attributes
         if sa.get(SA_PHASE) == 1:

@@ -25,7 +25,8 @@ Histories recorded before the check replay as they were recorded (the check is a
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -131,6 +132,11 @@ class Publisher:
     """Search attributes (``PhasegateWorkflow``, ``PhasegatePhase``,
     ``PhasegateStatus``) and the Web UI's current details, written only on change.
 
+    An upsert is a history event and a visibility write, which costs the server about as
+    much as the update it rides with. Where a caller passes ``phase_every``, a change of
+    the phase alone is published at most that often: held, then written by a timer with
+    the latest values (a change of status or workflow is written at once, with the phase).
+
     Args:
         on_change: False only to replay histories recorded when a workflow upserted on
             every publish (see ``Orchestration``'s ``workflow.patched`` flag).
@@ -140,6 +146,8 @@ class Publisher:
         self._on_change = on_change
         self._attributes: tuple[str, int, str] | None = None
         self._details: str | None = None
+        self._upserted_at: datetime | None = None
+        self._held: tuple[str, int, str] | None = None  # written by the timer below
 
     def details(self, markdown: str) -> None:
         """The Web UI's current details (not a history event; set when it changes)."""
@@ -151,11 +159,36 @@ class Publisher:
         """Whether the search attributes differ from ``(name, phase, status)``."""
         return self._attributes != (name, phase, status)
 
-    def attributes(self, name: str, phase: int, status: str) -> None:
-        """Upsert the search attributes if they changed (an upsert is a history event)."""
+    def holding(self) -> bool:
+        """A phase change is held for the timer (publishing again now would not write)."""
+        return self._held is not None
+
+    def attributes(self, name: str, phase: int, status: str, *, phase_every: float = 0) -> None:
+        """Upsert the search attributes if they changed (an upsert is a history event);
+        with ``phase_every`` (seconds), a change of the phase alone at most that often."""
         if self._on_change and not self.stale(name, phase, status):
+            self._held = None
             return
+        last = self._attributes
+        if phase_every and last is not None and self._upserted_at is not None:
+            due = self._upserted_at + timedelta(seconds=phase_every)
+            if (last[0], last[2]) == (name, status) and workflow.now() < due:
+                if self._held is None:
+                    asyncio.create_task(self._write_held(due))
+                self._held = (name, phase, status)
+                return
+        self._upsert(name, phase, status)
+
+    async def _write_held(self, due: datetime) -> None:
+        await workflow.sleep(max(due - workflow.now(), timedelta(milliseconds=1)))
+        held, self._held = self._held, None
+        if held is not None and self.stale(*held):
+            self._upsert(*held)
+
+    def _upsert(self, name: str, phase: int, status: str) -> None:
+        self._held = None
         self._attributes = (name, phase, status)
+        self._upserted_at = workflow.now()
         workflow.upsert_search_attributes(
             [SA_WORKFLOW.value_set(name), SA_PHASE.value_set(phase), SA_STATUS.value_set(status)]
         )

@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from phasegate.activities.notify import notify_webhook
-    from phasegate.domain.session.messages import NotifyRequest
+    from phasegate.domain.session.plan import NotifyRequest
     from phasegate.domain.session.state import SessionState
 
 __all__ = ["Deadlines"]

@@ -32,22 +32,25 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         CheckpointResult,
         CheckpointSubmission,
-        ChecksHereRequest,
         ControlRequest,
         ControlResult,
-        LoadSessionRequest,
         PhaseArtifact,
         PhaseDefinition,
         PhaseQuery,
         PhaseView,
-        RenderPhaseRequest,
         SequenceViolation,
-        SessionPlan,
         SessionSummary,
         SessionView,
         StartSession,
         TaskQuery,
         TaskView,
+    )
+    from phasegate.domain.session.plan import (
+        PHASE_ATTRIBUTE_SECONDS,
+        ChecksHereRequest,
+        LoadSessionRequest,
+        RenderPhaseRequest,
+        SessionPlan,
     )
     from phasegate.domain.session.state import (
         DEADLINE_ACTOR,
@@ -84,7 +87,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNS_EVIDENCE,
         patched,
     )
-    from phasegate.workflows._session_prefetch import Prefetch
+    from phasegate.workflows._session_prefetch import Prefetch, render_now
     from phasegate.workflows._session_tasks import TaskDesk
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
@@ -173,6 +176,7 @@ class GatedSession:
                 target=start.target,
                 options=plan.options_for(start.options),
                 sealed_prefetch=plan.sealed_prefetch,
+                ahead_bytes=plan.ahead_bytes,
                 engine=plan.engine,
                 ref=plan.ref,
                 phases=PhaseLedger(current=plan.first_phase),
@@ -381,23 +385,7 @@ class GatedSession:
             # None: none, failed, or sealed and not opened; rendered below (errors reported)
             next_phase = await self._prefetch.take(index)
         if not state.is_last_phase() and next_phase is None:
-            try:
-                next_phase = await workflow.execute_local_activity_method(
-                    DefinitionActivities.render_phase,
-                    RenderPhaseRequest(ref=state.ref, index=state.current.index + 1),
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=_RENDER_RETRY,
-                )
-            except (ActivityError, ApplicationError) as exc:
-                # The passed attempt (and its evidence) stays recorded; the phase stays
-                # current and can be resubmitted once the definition is fixed.
-                cause = exc.cause if isinstance(exc, ActivityError) else exc
-                message = cause.message if isinstance(cause, ApplicationError) else str(exc)
-                raise SessionError(
-                    f"checkpoint passed but phase {state.current.index + 1} could not be "
-                    f"rendered: {message}",
-                    hint="fix the workflow definition, then submit the same evidence again",
-                ) from None
+            next_phase = await render_now(state, index)
         return next_phase
 
     def _start_prefetch(self, *, first: bool = False) -> None:
@@ -572,7 +560,7 @@ class GatedSession:
         """Deferred search attributes are due once the prefetch has come back."""
         state = self._ready()
         stale = self._publisher.stale(state.workflow_type, state.current.index, state.status)
-        return stale and not self._prefetch.pending()
+        return stale and not self._prefetch.pending() and not self._publisher.holding()
 
     def _publish(self, *, defer_search_attributes: bool = False) -> None:
         """Keep search attributes and the Web UI's current details in step with state.
@@ -584,7 +572,10 @@ class GatedSession:
         self._publisher.details(details_markdown(state))
         if defer_search_attributes and self._prefetch.pending():
             return
-        self._publisher.attributes(state.workflow_type, state.current.index, state.status)
+        every = PHASE_ATTRIBUTE_SECONDS if state.engine >= 2 else 0
+        self._publisher.attributes(
+            state.workflow_type, state.current.index, state.status, phase_every=every
+        )
 
     def _ready(self) -> SessionState:
         """The state, or the not-ready refusal for a message that came too early."""

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from phasegate.domain.approvals import Deciders, Decision, refusal
 from phasegate.domain.errors import ApprovalRefused, SessionError
-from phasegate.domain.session.messages import ApprovalDecision, NotifyRequest
+from phasegate.domain.session.messages import ApprovalDecision
+from phasegate.domain.session.plan import NotifyRequest
 
 if TYPE_CHECKING:
     from phasegate.domain.session.state import SessionState

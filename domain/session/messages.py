@@ -27,7 +27,7 @@ from phasegate.domain.limits import (
 )
 from phasegate.domain.signing import ApproverKey
 from phasegate.domain.tasks.model import TaskSpec
-from phasegate.domain.verify import VerifyReport, VerifyRequest, VerifyResult
+from phasegate.domain.verify import VerifyResult
 
 __all__ = [
     "ApprovalDecision",
@@ -42,18 +42,14 @@ __all__ = [
     "DefinitionRef",
     "GateField",
     "GateView",
-    "LoadSessionRequest",
-    "NotifyRequest",
     "PhaseArtifact",
     "PhaseContent",
     "PhaseDefinition",
     "PhaseQuery",
     "PhaseView",
-    "RenderPhaseRequest",
     "RenderedTask",
     "SequenceViolation",
     "SessionOptions",
-    "SessionPlan",
     "SessionStatus",
     "SessionSummary",
     "SessionView",
@@ -210,73 +206,6 @@ class DefinitionRef(BaseModel):
         None, description="The commands the session runs, fixed at start (domain.commands)."
     )
     interface: str | None = Field(None, description="SessionOptions.interface, for phase text.")
-
-
-class LoadSessionRequest(BaseModel):
-    workflow_type: str
-    target: str = ""
-    options: SessionOptions = Field(default_factory=SessionOptions)
-
-
-class RenderPhaseRequest(BaseModel):
-    ref: DefinitionRef
-    index: int
-
-
-class ChecksHereRequest(BaseModel):
-    """The session worker's local activity (``check_and_render_here``): a gate's reading
-    checks and, when they all pass, the phase the session then enters."""
-
-    checks: VerifyRequest
-    render: RenderPhaseRequest | None = Field(
-        None, description="Rendered only when every check passed (the checkpoint advances)."
-    )
-
-
-class ChecksHereResult(BaseModel):
-    report: VerifyReport
-    next_phase: PhaseDefinition | None = None
-
-
-class NotifyRequest(BaseModel):
-    """A webhook call: POST ``payload`` as JSON to ``url``."""
-
-    url: str
-    payload: dict[str, Any]
-
-
-# What a session loaded by this code runs (SessionPlan.engine, kept in SessionState): from
-# 1 on, the paths older code reached through ``workflow.patched`` are taken without it.
-SESSION_ENGINE = 1
-
-
-class SessionPlan(BaseModel):
-    name: str
-    description: str = ""
-    ref: DefinitionRef
-    first_phase: PhaseDefinition
-    approver_keys: list[ApproverKey] = Field(
-        default_factory=list, description="Signed approvers named by the workflow definition."
-    )
-    unsigned_approvals: bool = Field(
-        True, description="Whether this deployment accepts unsigned (name-only) approvals."
-    )
-    operator_keys: list[ApproverKey] = Field(default_factory=list)  # controls (session_controls)
-    unsigned_controls: bool = Field(
-        True, description="Whether this deployment accepts unsigned (name-only) controls."
-    )
-    prefetch: bool = Field(True, description="False: the deployment turns prefetch off.")
-    sealed_prefetch: bool = Field(False, description="The worker seals prefetched phases.")
-    task_folder: str | None = Field(
-        None,
-        description="The .workflow/WFS-* folder (relative to the target) the task board is "
-        "projected to; None: no task files.",
-    )
-    engine: int = Field(0, description="SESSION_ENGINE of the code that loaded the session.")
-
-    def options_for(self, options: SessionOptions) -> SessionOptions:
-        """The session's options as this deployment allows them (prefetch may be off)."""
-        return options if self.prefetch else options.model_copy(update={"prefetch": False})
 
 
 # -- start --

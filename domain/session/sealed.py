@@ -35,6 +35,11 @@ class SealedPhase(BaseModel):
     phase: PhaseDefinition | None = Field(
         None, exclude=True, description="Never serialized: only sealed (phasegate.sealing)."
     )
+    ahead: list[PhaseDefinition] = Field(
+        default_factory=list,
+        exclude=True,
+        description="The phases after ``phase``, in order (engine 2); sealed like it.",
+    )
     problem: str = Field(
         "", description="Why there is no phase (a render error), or why it was not opened."
     )
@@ -61,6 +66,19 @@ class SealedPhase(BaseModel):
         if self.index != index or self.phase.index != index:
             return None  # another phase of this session
         return self.phase
+
+    def opened_run(self, workflow_id: str, index: int) -> list[PhaseDefinition]:
+        """Phase ``index`` and the phases after it, as :meth:`opened_for` takes the first
+        (empty where it takes nothing); the run stops at a phase out of order."""
+        first = self.opened_for(workflow_id, index)
+        if first is None:
+            return []
+        run = [first]
+        for phase in self.ahead:
+            if phase.index != index + len(run):
+                break
+            run.append(phase)
+        return run
 
     def refusal(self) -> str:
         """Why :meth:`opened_for` gave nothing (for the worker's log)."""

@@ -32,6 +32,7 @@ from phasegate.domain.errors import (
 )
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import GateEvaluation
+from phasegate.domain.limits import MAX_AHEAD_BYTES
 from phasegate.domain.session import approvals as session_approvals
 from phasegate.domain.session import bounds as session_bounds
 from phasegate.domain.session import checking, tasking
@@ -100,6 +101,7 @@ class SessionState(BaseModel):
     options: SessionOptions = Field(default_factory=SessionOptions)
     sealed_prefetch: bool = False  # the deployment's seal key ring seals the prefetch
     engine: int = 0  # SessionPlan.engine: which paths run without asking workflow.patched
+    ahead_bytes: int = Field(0, ge=0, le=MAX_AHEAD_BYTES)  # SessionPlan.ahead_bytes
     ref: DefinitionRef
     status: SessionStatus = "active"
     paused_from: SessionStatus | None = None

@@ -36,6 +36,7 @@ from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.client.devserver import temporal_binary
 from phasegate.domain.errors import PhasegateError
+from phasegate.domain.limits import AHEAD_BYTES
 from phasegate.domain.session.messages import (
     CheckpointSubmission,
     ControlRequest,
@@ -43,7 +44,7 @@ from phasegate.domain.session.messages import (
     SessionOptions,
 )
 from phasegate.domain.settings import Settings
-from phasegate.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTE_KEYS
+from phasegate.temporal import DATA_CONVERTER, SA_PHASE, SEARCH_ATTRIBUTE_KEYS
 from phasegate.testing import ScriptedAgent, known_good, workspace_for
 from phasegate.worker import build_worker
 
@@ -348,6 +349,35 @@ async def engine_1_continued(pg: PhasegateClient, home: str) -> None:
         run_id, n = attrs.new_execution_run_id or None, n + 1
 
 
+async def engine_2(pg: PhasegateClient, home: str) -> None:
+    """Sessions loaded at engine 2: a change of the phase alone held for
+    PHASE_ATTRIBUTE_SECONDS, then written by a timer (engine_2_held); a static walk
+    (engine_2_walk); and, on a worker that renders phases ahead
+    (PHASEGATE_PREFETCH_AHEAD), a walk rendered once, by the run's first prefetch, a
+    local ``render_phases`` (engine_2_ahead)."""
+    sid = await pg.start("mini_v1", home, session_id="engine-2-held")
+    await pg.submit(sid, 0, GOOD_0)
+    while (await pg.handle(sid).describe()).typed_search_attributes.get(SA_PHASE) != 1:
+        await asyncio.sleep(0.2)  # the timer's upsert
+    await pg.submit(sid, 1, {"plan": "the plan"})
+    await pg.decide(sid, approver="alice", decision="approve")
+    await pg.submit(sid, 2, {"tests_run": 1, "tests_passed": 1})
+    await pg.result(sid)
+    await _save(pg, sid, "engine_2_held")
+    await _static_walk(pg, home, "engine-2-walk", "engine_2_walk")
+    settings = Settings(
+        task_queue="record-ahead",
+        home=home,
+        library_paths=[str(REPO / "tests" / "fixtures" / "library"), SHIPPED_LIBRARY],
+        allow_unsigned_approvals=True,
+        prefetch_ahead_bytes=AHEAD_BYTES,
+    )
+    ahead = PhasegateClient(pg.temporal, settings.task_queue)
+    with concurrent.futures.ThreadPoolExecutor() as pool:
+        async with build_worker(pg.temporal, settings, executor=pool):
+            await _static_walk(ahead, home, "engine-2-ahead", "engine_2_ahead")
+
+
 async def _static_walk(
     pg: PhasegateClient, home: str, session_id: str, name: str, *, repeat: bool = False
 ) -> None:
@@ -371,6 +401,7 @@ SCENARIOS = {
     "load-here": load_here,
     "engine-1": engine_1,
     "engine-1-continued": engine_1_continued,
+    "engine-2": engine_2,
     "task-state": task_state,
     "carry-proof": carry_proof,
     "verify-here": verify_here,

@@ -24,7 +24,8 @@ from phasegate.activities.library import find_workflow, list_workflows, load_gat
 from phasegate.domain.evidence_schema import field_json_schema, gate_json_schema
 from phasegate.domain.gate_eval import evaluate_gate
 from phasegate.domain.gates import FieldSpec, load_gate
-from phasegate.domain.session.messages import LoadSessionRequest, PhaseDefinition, SessionOptions
+from phasegate.domain.session.messages import PhaseDefinition, SessionOptions
+from phasegate.domain.session.plan import LoadSessionRequest
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = [

@@ -11,11 +11,8 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from phasegate.activities.definitions import DefinitionActivities
-from phasegate.domain.session.messages import (
-    LoadSessionRequest,
-    RenderPhaseRequest,
-    SessionOptions,
-)
+from phasegate.domain.session.messages import SessionOptions
+from phasegate.domain.session.plan import LoadSessionRequest, RenderPhaseRequest
 
 FIXTURE_LIBRARY = Path(__file__).resolve().parents[1] / "fixtures" / "library"
 

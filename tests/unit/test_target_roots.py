@@ -13,7 +13,8 @@ import pytest
 from phasegate import SHIPPED_LIBRARY
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.domain.errors import DefinitionError
-from phasegate.domain.session.messages import LoadSessionRequest, SessionOptions
+from phasegate.domain.session.messages import SessionOptions
+from phasegate.domain.session.plan import LoadSessionRequest
 
 FIXTURE_LIBRARY = Path(__file__).resolve().parents[1] / "fixtures" / "library"
 

@@ -10,12 +10,8 @@ from temporalio.exceptions import ApplicationError
 
 from phasegate.activities._verify_local import LocalChecks
 from phasegate.activities.verify import VerifyActivities
-from phasegate.domain.session.messages import (
-    ChecksHereRequest,
-    DefinitionRef,
-    PhaseDefinition,
-    RenderPhaseRequest,
-)
+from phasegate.domain.session.messages import DefinitionRef, PhaseDefinition
+from phasegate.domain.session.plan import ChecksHereRequest, RenderPhaseRequest
 from phasegate.domain.verify import (
     CHECK_MODELS,
     READ_KINDS,

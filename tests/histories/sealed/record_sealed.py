@@ -6,7 +6,9 @@
 A session on a worker holding ``ring.json`` (a test key ring, committed: it protects
 nothing) walks the ``sealed_v1`` fixture workflow with a failed attempt, a rollback
 (a second prefetch of the same phase) and a continue-as-new, so its histories hold
-sealed prefetches that were taken, replaced and carried over. They replay only with the
+sealed prefetches that were taken, replaced and carried over. Recorded before
+PHASEGATE_PREFETCH_AHEAD: one phase a prefetch; since (sealed_walk_01a21b0f): the run's
+first prefetch a sealed window of every phase ahead, and the rollback's a window again. They replay only with the
 ring (a replayer without it fails with ``seal_key_missing``): keep them in this folder,
 out of the keyless replay of ``tests/histories/*.json``.
 """
@@ -70,8 +72,11 @@ async def main() -> None:
         while run_id:
             history = await env.client.get_workflow_handle(sid, run_id=run_id).fetch_history()
             name = f"sealed_walk_{run_id[:8]}--{sid}.json"
-            (HERE / name).write_text(history.to_json())
-            print(f"recorded {name} ({len(history.events)} events)")
+            if b"binary/phasegate-sealed" in history.SerializeToString():
+                (HERE / name).write_text(history.to_json())
+                print(f"recorded {name} ({len(history.events)} events)")
+            else:  # a run on the last phase prefetches nothing: nothing sealed to replay
+                print(f"skipped {name}: nothing sealed in it")
             last = history.events[-1]
             attrs = last.workflow_execution_continued_as_new_event_attributes
             run_id = attrs.new_execution_run_id or None
