@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from phasegate.activities._git_head import git_head
 from phasegate.activities._phase_context import attach_context
@@ -49,7 +48,7 @@ from phasegate.activities.tasks_md import SPEC_LIMIT
 from phasegate.activities.templates import Renderer
 from phasegate.domain.commands import SessionCommands, bind_gate
 from phasegate.domain.errors import DefinitionError, PhasegateError, SessionError
-from phasegate.domain.limits import AHEAD_BYTES
+from phasegate.domain.limits import AHEAD_BYTES, MAX_PHASES_AHEAD
 from phasegate.domain.session.messages import DefinitionRef, PhaseDefinition, RenderedTask
 from phasegate.domain.session.plan import (
     SESSION_ENGINE,
@@ -179,14 +178,17 @@ class DefinitionActivities:
 
     def phases_ahead(self, req: RenderPhaseRequest) -> list[PhaseDefinition]:
         """Phase ``req.index`` (its render error raised as ``render_phase`` raises it), then
-        the phases after it in order while all of them fit ``req.ahead_bytes`` of JSON. A
-        later phase that does not render ends the run: its own advance reports the error."""
+        the phases after it in order while all of them fit ``req.ahead_bytes`` of JSON (at
+        most MAX_PHASES_AHEAD in all). A later phase that does not render ends the window:
+        its own advance reports the error."""
         phases = [self._render(req.ref, req.index)]
         used = self._size(phases[0])
-        for index in range(req.index + 1, req.ref.total_phases):
+        last = min(req.ref.total_phases, req.index + MAX_PHASES_AHEAD)
+        for index in range(req.index + 1, last):
             try:
                 phase = self._render(req.ref, index)
-            except ApplicationError:
+            except Exception as exc:  # noqa: BLE001 - its own advance renders it and reports
+                logging.getLogger(__name__).debug("window ends before phase %d: %s", index, exc)
                 break
             used += self._size(phase)
             if used > req.ahead_bytes:

@@ -41,7 +41,8 @@ MAX_LIST_ITEMS = 64  # approvers, approver keys
 # A prefetch renders the phases ahead while they fit (engine 2): one render serves a walk
 # of small phases; Temporal warns on payloads above 256 KB (a phase alone may reach 512 KiB).
 AHEAD_BYTES = 128 * 1024
-MAX_AHEAD_BYTES = 256 * 1024
+MAX_AHEAD_BYTES = 256 * 1024  # recorded plans and carried state are checked against it
+MAX_PHASES_AHEAD = 32  # phases in one window: a render (context included) each
 
 RESERVED_PREFIX = "phasegate:"  # phasegate's own actors (``phasegate:deadline``)
 

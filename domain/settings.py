@@ -400,9 +400,7 @@ class Settings(BaseModel):
             allow_unsigned_controls=_flag(env.get("PHASEGATE_ALLOW_UNSIGNED_CONTROLS")),
             verify_concurrency=int(env.get("PHASEGATE_VERIFY_CONCURRENCY") or 4),
             prefetch=_flag(env.get("PHASEGATE_PREFETCH")) is not False,
-            prefetch_ahead_bytes=int(env["PHASEGATE_PREFETCH_AHEAD"])
-            if env.get("PHASEGATE_PREFETCH_AHEAD")
-            else None,
+            prefetch_ahead_bytes=_ahead_env(env),
             workflow_sandbox=_flag(env.get("PHASEGATE_WORKFLOW_SANDBOX")) is True,
             seal_keys_file=env.get("PHASEGATE_SEAL_KEYS") or None,
             test_command=env.get("PHASEGATE_TEST_COMMAND") or None,
@@ -445,6 +443,21 @@ def _allowed_env(env: Mapping[str, str]) -> list[str | list[str]] | None:
             "expected a list of commands", where="PHASEGATE_ALLOWED_COMMANDS", hint=hint
         )
     return data
+
+
+def _ahead_env(env: Mapping[str, str]) -> int | None:
+    """``PHASEGATE_PREFETCH_AHEAD``: bytes, 0 to MAX_AHEAD_BYTES (unset: None)."""
+    text = env.get("PHASEGATE_PREFETCH_AHEAD", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) > MAX_AHEAD_BYTES:
+        raise PhasegateError(
+            f"expected a number of bytes from 0 to {MAX_AHEAD_BYTES}, got {text!r}",
+            where="PHASEGATE_PREFETCH_AHEAD",
+            hint=f"e.g. PHASEGATE_PREFETCH_AHEAD={AHEAD_BYTES} (0: the next phase only), "
+            "or unset it for the default",
+        )
+    return int(text)
 
 
 def _flag(value: str | None) -> bool | None:

@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from phasegate import SHIPPED_LIBRARY
 from phasegate.activities.definitions import DefinitionActivities
 from phasegate.client.api import PhasegateClient
+from phasegate.domain.errors import PhasegateError
 from phasegate.domain.limits import AHEAD_BYTES, MAX_AHEAD_BYTES
 from phasegate.domain.session.messages import ControlRequest, PhaseView, SessionOptions
 from phasegate.domain.session.plan import LoadSessionRequest, RenderPhaseRequest
@@ -141,6 +142,10 @@ def test_the_default_is_ahead_only_where_the_deployment_seals(tmp_path):
     assert open_worker.ahead_bytes == 0 and sealed_worker.ahead_bytes == AHEAD_BYTES
     env = {"PHASEGATE_PREFETCH_AHEAD": "0"}
     assert Settings.from_env(env, default_library=str(SHIPPED_LIBRARY)).prefetch_ahead_bytes == 0
+    for bad in ("128K", "-1", str(MAX_AHEAD_BYTES + 1)):
+        with pytest.raises(PhasegateError, match="PHASEGATE_PREFETCH_AHEAD") as err:
+            Settings.from_env({"PHASEGATE_PREFETCH_AHEAD": bad}, default_library="lib")
+        assert err.value.hint and "0: the next phase only" in err.value.hint
 
 
 def test_a_phase_that_does_not_render_ends_the_window(tmp_path):
@@ -158,3 +163,48 @@ def test_a_phase_that_does_not_render_ends_the_window(tmp_path):
     assert [p.index for p in phases] == [1, 2]  # phase 3's error waits for its advance
     with pytest.raises(ApplicationError, match="phase"):
         defs.phases_ahead(RenderPhaseRequest(ref=plan.ref, index=3, ahead_bytes=AHEAD_BYTES))
+
+
+def test_a_window_is_taken_only_in_order():
+    """A window (as a rogue poller could answer render_phases) is taken up to its first
+    phase out of order: never a later phase in place of the one due."""
+    from phasegate.domain.session.messages import PhaseDefinition
+    from phasegate.domain.session.sealed import in_order
+
+    def phase(i: int) -> PhaseDefinition:
+        return PhaseDefinition(index=i, label=str(i), name=f"p{i}", content="x")
+
+    assert [p.index for p in in_order([phase(3), phase(4), phase(5)], 3)] == [3, 4, 5]
+    assert in_order([phase(99), phase(4), phase(5)], 3) == []
+    assert [p.index for p in in_order([phase(3), phase(9), phase(5)], 3)] == [3]
+    assert in_order([phase(4)], 3) == []
+
+
+async def test_a_held_phase_is_written_with_the_latest_values(
+    env, settings_for, run_worker, tmp_path
+):
+    """Two advances within PHASE_ATTRIBUTE_SECONDS (the second's upsert deferred to its
+    prefetch): the timer writes the phase the session is on when it fires, once."""
+    import asyncio
+    import time
+
+    from phasegate.domain.session.plan import PHASE_ATTRIBUTE_SECONDS
+    from phasegate.temporal import SA_PHASE
+
+    settings = settings_for(write_library(tmp_path), prefetch_ahead_bytes=0)
+    async with run_worker(settings):
+        pg = PhasegateClient(env.client, settings.task_queue)
+        sid = await pg.start(WORKFLOW, str(tmp_path))
+        began = time.monotonic()
+        assert (await pg.submit(sid, 0, EVIDENCE)).passed
+        await asyncio.sleep(1)  # phase 1's prefetch back: phase 1 held for the timer
+        assert (await pg.submit(sid, 1, EVIDENCE)).passed
+        seen = []
+        while time.monotonic() - began < PHASE_ATTRIBUTE_SECONDS + 4:
+            phase = (await pg.handle(sid).describe()).typed_search_attributes.get(SA_PHASE)
+            if not seen or seen[-1] != phase:
+                seen.append(phase)
+            if phase == 2:
+                break
+            await asyncio.sleep(0.2)
+    assert seen == [0, 2], seen  # never the stale phase 1

@@ -26,6 +26,7 @@ Histories recorded before the check replay as they were recorded (the check is a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -134,8 +135,9 @@ class Publisher:
 
     An upsert is a history event and a visibility write, which costs the server about as
     much as the update it rides with. Where a caller passes ``phase_every``, a change of
-    the phase alone is published at most that often: held, then written by a timer with
+    the phase alone is published at most that often: held, then written by one timer with
     the latest values (a change of status or workflow is written at once, with the phase).
+    ``phase_every`` decides commands: a value a history was recorded with stays fixed.
 
     Args:
         on_change: False only to replay histories recorded when a workflow upserted on
@@ -148,6 +150,7 @@ class Publisher:
         self._details: str | None = None
         self._upserted_at: datetime | None = None
         self._held: tuple[str, int, str] | None = None  # written by the timer below
+        self._timer: asyncio.Task[None] | None = None
 
     def details(self, markdown: str) -> None:
         """The Web UI's current details (not a history event; set when it changes)."""
@@ -163,9 +166,18 @@ class Publisher:
         """A phase change is held for the timer (publishing again now would not write)."""
         return self._held is not None
 
-    def attributes(self, name: str, phase: int, status: str, *, phase_every: float = 0) -> None:
+    def attributes(
+        self,
+        name: str,
+        phase: int,
+        status: str,
+        *,
+        phase_every: float = 0,
+        latest: Callable[[], tuple[str, int, str]] | None = None,
+    ) -> None:
         """Upsert the search attributes if they changed (an upsert is a history event);
-        with ``phase_every`` (seconds), a change of the phase alone at most that often."""
+        with ``phase_every`` (seconds), a change of the phase alone at most that often,
+        then by a timer that writes ``latest()`` (the host's values when it fires)."""
         if self._on_change and not self.stale(name, phase, status):
             self._held = None
             return
@@ -173,17 +185,25 @@ class Publisher:
         if phase_every and last is not None and self._upserted_at is not None:
             due = self._upserted_at + timedelta(seconds=phase_every)
             if (last[0], last[2]) == (name, status) and workflow.now() < due:
-                if self._held is None:
-                    asyncio.create_task(self._write_held(due))
                 self._held = (name, phase, status)
+                if self._timer is None or self._timer.done():  # one timer at a time
+                    every = timedelta(seconds=phase_every)
+                    self._timer = asyncio.create_task(self._write_held(every, latest))
                 return
         self._upsert(name, phase, status)
 
-    async def _write_held(self, due: datetime) -> None:
-        await workflow.sleep(max(due - workflow.now(), timedelta(milliseconds=1)))
-        held, self._held = self._held, None
-        if held is not None and self.stale(*held):
-            self._upsert(*held)
+    async def _write_held(
+        self, every: timedelta, latest: Callable[[], tuple[str, int, str]] | None
+    ) -> None:
+        while self._held is not None and self._upserted_at is not None:
+            wait = self._upserted_at + every - workflow.now()
+            if wait > timedelta(0):  # an upsert since (a status change) moved the due time
+                await workflow.sleep(wait)
+                continue
+            values = latest() if latest is not None else self._held
+            self._held = None
+            if self.stale(*values):
+                self._upsert(*values)
 
     def _upsert(self, name: str, phase: int, status: str) -> None:
         self._held = None

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.errors import SessionError
     from phasegate.domain.session.messages import PhaseDefinition
     from phasegate.domain.session.plan import PhasesAhead, RenderPhaseRequest
-    from phasegate.domain.session.sealed import SealedPhase
+    from phasegate.domain.session.sealed import SealedPhase, in_order
     from phasegate.domain.session.state import SessionState
 
 __all__ = ["Prefetch", "Prefetching", "prefetched", "render_now", "start_prefetch"]
@@ -86,9 +86,9 @@ async def prefetched(task: Prefetching, index: int) -> list[PhaseDefinition]:
     except (ActivityError, ApplicationError):
         return []
     if isinstance(found, PhaseDefinition):
-        return [found]
+        return [found] if found.index == index else []
     if isinstance(found, PhasesAhead):
-        return [p for k, p in enumerate(found.phases) if p.index == index + k]
+        return in_order(found.phases, index)
     run = found.opened_run(workflow.info().workflow_id, index)
     if not run:
         workflow.logger.warning("prefetch of phase %d not taken: %s", index, found.refusal())

@@ -558,8 +558,7 @@ class GatedSession:
 
     def _visibility_due(self) -> bool:
         """Deferred search attributes are due once the prefetch has come back."""
-        state = self._ready()
-        stale = self._publisher.stale(state.workflow_type, state.current.index, state.status)
+        stale = self._publisher.stale(*self._shown())
         return stale and not self._prefetch.pending() and not self._publisher.holding()
 
     def _publish(self, *, defer_search_attributes: bool = False) -> None:
@@ -573,9 +572,11 @@ class GatedSession:
         if defer_search_attributes and self._prefetch.pending():
             return
         every = PHASE_ATTRIBUTE_SECONDS if state.engine >= 2 else 0
-        self._publisher.attributes(
-            state.workflow_type, state.current.index, state.status, phase_every=every
-        )
+        self._publisher.attributes(*self._shown(), phase_every=every, latest=self._shown)
+
+    def _shown(self) -> tuple[str, int, str]:
+        state = self._ready()
+        return state.workflow_type, state.current.index, state.status
 
     def _ready(self) -> SessionState:
         """The state, or the not-ready refusal for a message that came too early."""

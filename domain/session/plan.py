@@ -78,7 +78,7 @@ class NotifyRequest(BaseModel):
 # from 2 on, a change of the phase alone reaches search attributes at most every
 # PHASE_ATTRIBUTE_SECONDS (workflows/_kit.Publisher).
 SESSION_ENGINE = 2
-PHASE_ATTRIBUTE_SECONDS = 10.0
+PHASE_ATTRIBUTE_SECONDS = 10.0  # decides timers in engine-2 histories: change it at engine 3
 
 
 class SessionPlan(BaseModel):

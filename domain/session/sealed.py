@@ -21,7 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from phasegate.domain.session.messages import PhaseDefinition
 
-__all__ = ["SealedPhase"]
+__all__ = ["SealedPhase", "in_order"]
+
+
+def in_order(phases: list[PhaseDefinition], index: int) -> list[PhaseDefinition]:
+    """The leading run of ``phases`` numbered ``index``, ``index + 1``, ...: a window
+    is taken only up to its first phase out of order (never skipping one)."""
+    run: list[PhaseDefinition] = []
+    for phase in phases:
+        if phase.index != index + len(run):
+            break
+        run.append(phase)
+    return run
 
 
 class SealedPhase(BaseModel):
@@ -71,14 +82,7 @@ class SealedPhase(BaseModel):
         """Phase ``index`` and the phases after it, as :meth:`opened_for` takes the first
         (empty where it takes nothing); the run stops at a phase out of order."""
         first = self.opened_for(workflow_id, index)
-        if first is None:
-            return []
-        run = [first]
-        for phase in self.ahead:
-            if phase.index != index + len(run):
-                break
-            run.append(phase)
-        return run
+        return [] if first is None else in_order([first, *self.ahead], index)
 
     def refusal(self) -> str:
         """Why :meth:`opened_for` gave nothing (for the worker's log)."""
