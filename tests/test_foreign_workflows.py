@@ -340,6 +340,12 @@ async def test_a_foreign_workflow_cannot_render_a_future_phase(env, session_env,
     answer = await _borrowed(env, settings.task_queue, "render_phase", {"ref": ref, "index": 2})
     _refused(answer)
     assert "SECRET-FUTURE-CONTENT" not in str(answer)
+    # Windows of phases ahead too, plain and sealed, whatever budget is asked.
+    window = {"ref": ref, "index": 1, "ahead_bytes": 256 * 1024}
+    for name in ("render_phases", "prefetch_sealed_phase"):
+        answer = await _borrowed(env, settings.task_queue, name, window)
+        _refused(answer)
+        assert "SECRET-FUTURE-CONTENT" not in str(answer)
     answer = await _borrowed(env, settings.task_queue, "load_session", {"workflow_type": "mini_v1"})
     _refused(answer)
 
