@@ -1,5 +1,5 @@
-"""The sealed prefetch: a session's next phase (and, engine 2, the phases after it that
-fit the request's ``ahead_bytes``) rendered for its history to hold sealed.
+"""The sealed prefetch: a session's next phase (and, where its plan says, the phases
+after it that fit the request's ``ahead_bytes``) rendered for its history to hold sealed.
 
 Registered on the session worker. Its result, a
 :class:`~phasegate.domain.session.sealed.SealedPhase`, is encrypted by the worker's

@@ -4,6 +4,7 @@ process checked gone at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -315,8 +316,10 @@ _INIT = {
 }
 
 
-def test_stdio_mcp_stops_on_one_ctrl_c(tmp_path):
-    """On a terminal the transport's stdin thread blocks in read(); one SIGINT ends it."""
+@contextlib.contextmanager
+def _serving_mcp(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``phasegate mcp`` on a terminal (a raw pty as stdin), initialized: it is serving,
+    its threads started. Killed on the way out if it is still running."""
     master, slave = pty.openpty()
     tty.setraw(slave)
     proc = _mcp(tmp_path, slave)
@@ -324,15 +327,21 @@ def test_stdio_mcp_stops_on_one_ctrl_c(tmp_path):
     try:
         os.write(master, (json.dumps(_INIT) + "\n").encode())
         assert proc.stdout is not None
-        reply = json.loads(proc.stdout.readline())  # serving
+        reply = json.loads(proc.stdout.readline())
         assert reply["id"] == 1 and "result" in reply
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=10)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         os.close(master)
+
+
+def test_stdio_mcp_stops_on_one_ctrl_c(tmp_path):
+    """On a terminal the transport's stdin thread blocks in read(); one SIGINT ends it."""
+    with _serving_mcp(tmp_path) as proc:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=10)
     assert code in (0, 130)
     assert proc.stderr is not None and "Traceback" not in proc.stderr.read().decode()
 
@@ -356,14 +365,7 @@ def test_stdio_mcp_takes_ctrl_c_on_one_waiting_thread(tmp_path):
     thread asleep in its event loop, so Ctrl-C did nothing (a CI run saw it hang 10 s).
     Now exactly one thread, which only waits for the signal, can take it.
     """
-    master, slave = pty.openpty()
-    tty.setraw(slave)
-    proc = _mcp(tmp_path, slave)
-    os.close(slave)
-    try:
-        os.write(master, (json.dumps(_INIT) + "\n").encode())
-        assert proc.stdout is not None
-        assert json.loads(proc.stdout.readline())["id"] == 1  # serving, its threads started
+    with _serving_mcp(tmp_path) as proc:
         threads = list(Path(f"/proc/{proc.pid}/task").iterdir())
         assert len(threads) >= 3  # main, the stdin reader, the signal waiter
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -371,11 +373,6 @@ def test_stdio_mcp_takes_ctrl_c_on_one_waiting_thread(tmp_path):
             assert len(takers) == 1 and takers[0] != proc.pid, (signum, takers)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
 
 
 def test_stdio_mcp_stops_when_the_client_closes_stdin(tmp_path):

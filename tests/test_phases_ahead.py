@@ -20,6 +20,7 @@ from sealed_helpers import (
     scheduled,
     write_library,
 )
+from temporalio.api.history.v1 import History
 from temporalio.exceptions import ApplicationError
 
 from phasegate import SHIPPED_LIBRARY
@@ -41,15 +42,20 @@ async def _walk(pg: PhasegateClient, sid: str, start: int = 0) -> None:
     assert (await pg.result(sid)).status == "completed"
 
 
-async def test_a_walk_is_rendered_once_where_the_deployment_allows(
-    env, settings_for, run_worker, tmp_path
-):
-    settings = settings_for(write_library(tmp_path), prefetch_ahead_bytes=AHEAD_BYTES)
+async def _walked(env, settings_for, run_worker, tmp_path, ahead: int) -> History:
+    """The history of a whole walk of ``sealed_v1`` on a worker rendering ``ahead``."""
+    settings = settings_for(write_library(tmp_path), prefetch_ahead_bytes=ahead)
     async with run_worker(settings):
         pg = PhasegateClient(env.client, settings.task_queue)
         sid = await pg.start(WORKFLOW, str(tmp_path))
         await _walk(pg, sid)
-        history = await raw_history(env.client, sid)
+        return await raw_history(env.client, sid)
+
+
+async def test_a_walk_is_rendered_once_where_the_deployment_allows(
+    env, settings_for, run_worker, tmp_path
+):
+    history = await _walked(env, settings_for, run_worker, tmp_path, AHEAD_BYTES)
     windows = completed_results(history, "render_phases")
     assert len(windows) == 1 and local_activities(history, "render_phases") == 1
     phases = json.loads(windows[0].data)["phases"]
@@ -65,12 +71,7 @@ async def test_a_walk_is_rendered_once_where_the_deployment_allows(
 async def test_a_window_that_does_not_fit_continues_on_the_queue(
     env, settings_for, run_worker, tmp_path
 ):
-    settings = settings_for(write_library(tmp_path), prefetch_ahead_bytes=1)  # one a window
-    async with run_worker(settings):
-        pg = PhasegateClient(env.client, settings.task_queue)
-        sid = await pg.start(WORKFLOW, str(tmp_path))
-        await _walk(pg, sid)
-        history = await raw_history(env.client, sid)
+    history = await _walked(env, settings_for, run_worker, tmp_path, 1)  # one a window
     # The run's first window is local; each advance but the last starts the next one.
     assert local_activities(history, "render_phases") == 1
     assert len(scheduled(history, "render_phases")) == PHASES - 2

@@ -49,7 +49,8 @@ class SealedPhase(BaseModel):
     ahead: list[PhaseDefinition] = Field(
         default_factory=list,
         exclude=True,
-        description="The phases after ``phase``, in order (engine 2); sealed like it.",
+        description="The phases after ``phase``, in order (SessionPlan.ahead_bytes); sealed "
+        "like it.",
     )
     problem: str = Field(
         "", description="Why there is no phase (a render error), or why it was not opened."
