@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -25,11 +26,32 @@ from typing import Any
 
 import _common
 from baseline import RawUpdateWorkflow, echo
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from phasegate.domain.settings import Settings
 from phasegate.temporal import connect
-from phasegate.worker import MAIN_ACTIVITY_THREADS, build_worker, workflow_runner
+from phasegate.worker import (
+    MAIN_ACTIVITY_THREADS,
+    WORKFLOW_TASKS_AT_ONCE,
+    build_worker,
+    workflow_runner,
+)
+
+RAW_AS_PHASEGATE = "BENCH_RAW_POLLED_AS_PHASEGATE"
+"""Set (by ``start_bench_worker(..., raw_as_phasegate=True)``): the baseline's worker polls
+and caps its workflow tasks as phasegate's main worker does. For benches whose baseline
+runs apart from phasegate's load (a burst of new workflows, then one of sessions): with
+both busy at once, the process would hold twice the workflow tasks phasegate's worker
+holds, and activations would starve past the deadlock detector."""
+
+
+def _polled_as_phasegate() -> dict[str, Any]:
+    """Worker options as worker.build_worker gives phasegate's main worker."""
+    return {
+        "workflow_task_poller_behavior": PollerBehaviorAutoscaling(),
+        "activity_task_poller_behavior": PollerBehaviorAutoscaling(),
+        "max_concurrent_workflow_tasks": WORKFLOW_TASKS_AT_ONCE,
+    }
 
 
 async def serve(
@@ -51,6 +73,7 @@ async def serve(
             activity_executor=pool,
             # The baseline runs its workflow code as phasegate does (Settings.workflow_sandbox).
             workflow_runner=workflow_runner(settings),
+            **(_polled_as_phasegate() if os.environ.get(RAW_AS_PHASEGATE) else {}),
         )
         async with contextlib.AsyncExitStack() as stack:
             if phasegate:

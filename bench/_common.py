@@ -40,12 +40,24 @@ def run(coro) -> None:
 
 
 def start_bench_worker(
-    address: str, task_queue: str, library: str, home: str, settings: dict | None = None
+    address: str,
+    task_queue: str,
+    library: str,
+    home: str,
+    settings: dict | None = None,
+    *,
+    raw_as_phasegate: bool = False,
 ):
     """Start bench/_bench_worker.py (phasegate's worker + the baseline) and wait until ready;
-    ``settings``: further worker settings (field: value)."""
+    ``settings``: further worker settings (field: value); ``raw_as_phasegate``: the
+    baseline's worker polled and capped as phasegate's (``_bench_worker.RAW_AS_PHASEGATE``)."""
     import json
+    import os
     import subprocess
+
+    env = dict(os.environ)
+    if raw_as_phasegate:
+        env["BENCH_RAW_POLLED_AS_PHASEGATE"] = "1"
 
     proc = subprocess.Popen(
         [
@@ -59,9 +71,21 @@ def start_bench_worker(
         ],
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
+
+
+def seal_ring(tmp: Path) -> str:
+    """A new seal key ring under ``tmp`` (for a worker's ``seal_keys_file``): its prefetches
+    are sealed, and phases are rendered ahead by default."""
+    from phasegate.client import keys
+
+    path = tmp / "seal" / "ring.json"
+    path.parent.mkdir(mode=0o700)
+    keys.new_seal_ring(path)
+    return str(path)
 
 
 def stop_bench_worker(proc) -> None:

@@ -32,6 +32,13 @@ class RawUpdateWorkflow:
         return self._count
 
     @workflow.update
+    def bump_sized(self, payload: dict) -> str:
+        """A raw update carrying an advance's bytes: its evidence in (``payload``), an
+        answer of ``payload["answer_bytes"]`` bytes out."""
+        self._count += 1
+        return "x" * int(payload.get("answer_bytes", 0))
+
+    @workflow.update
     async def bump_local(self, payload: dict) -> int:
         """A raw update that also awaits one trivial local activity (``echo``)."""
         await workflow.execute_local_activity(

@@ -6,7 +6,10 @@ from the gate's JSON Schema and takes the next phase from the advance's result,
 so an advance costs one call. For comparison the same run also walks sessions
 the old way (status + phase query before every submission: three calls per
 advance). The baseline: every session replaced by a trivial workflow receiving
-as many raw updates, with the same concurrency.
+as many raw updates, with the same concurrency; and, after the walks, the same raw
+updates carrying an advance's bytes (the median evidence one agent submitted in, an
+answer the size of its median advance's answer out): what an advance must carry costs
+that much before phasegate does anything.
 
     .venv/bin/python bench/concurrent_agents.py [--sessions 200] [--phases 10]
     .venv/bin/python bench/concurrent_agents.py --workflow spec_execution_v1  # the flagship
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import tempfile
 import time
@@ -29,11 +33,10 @@ import uuid
 from pathlib import Path
 
 import _common
-from _common import bench_environment, start_bench_worker, stop_bench_worker
+from _common import bench_environment, seal_ring, start_bench_worker, stop_bench_worker
 from advance_latency import write_library
 from baseline import RawUpdateWorkflow
 
-from phasegate.client import keys
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.session.messages import PhaseView, SessionOptions
 from phasegate.domain.settings import Settings
@@ -41,6 +44,7 @@ from phasegate.temporal import SHIPPED_LIBRARY, connect
 from phasegate.testing import (
     EvidenceTable,
     ScriptedAgent,
+    Step,
     complete_evidence,
     known_good,
     unsigned_approver,
@@ -58,8 +62,9 @@ class QueryEveryPhase(ScriptedAgent):
         while True:
             view = await self._current(session_id)
             assert view is not None
-            result = await self.client.submit(session_id, view.phase, self.evidence_for(view))
-            self.steps.append(result)  # type: ignore[arg-type]
+            evidence = self.evidence_for(view)
+            result = await self.client.submit(session_id, view.phase, evidence)
+            self.steps.append(Step(view.phase, view.label, evidence, result))
             assert result.passed, result.problems
             if result.completed:
                 return len(self.steps)
@@ -67,8 +72,9 @@ class QueryEveryPhase(ScriptedAgent):
 
 async def walk_all(
     pgs: list[PhasegateClient], agent_cls: type[ScriptedAgent], n: int, kind: Kind
-) -> tuple[float, float]:
-    """Start ``n`` sessions, walk them all at once; (advances/s, calls per advance)."""
+) -> tuple[float, float, dict]:
+    """Start ``n`` sessions, walk them all at once; (advances/s, calls per advance, an
+    advance's bytes: the median evidence submitted and answer returned, as JSON)."""
     sids = await start_sessions(pgs, n, kind)
     evidence: EvidenceTable = known_good(kind.workflow_type) if kind.workspace else {"*": _evidence}
     approve = unsigned_approver("lead")
@@ -80,21 +86,26 @@ async def walk_all(
     elapsed = time.perf_counter() - began
     advances = sum(len(a.steps) for a in agents)
     calls = advances + sum(a.queries for a in agents)
-    return advances / elapsed, calls / advances
+    return advances / elapsed, calls / advances, advance_bytes(agents[0])
 
 
-def _ring(tmp: Path) -> str:
-    path = tmp / "seal" / "ring.json"
-    path.parent.mkdir(mode=0o700)
-    keys.new_seal_ring(path)
-    return str(path)
+def advance_bytes(agent: ScriptedAgent) -> dict:
+    """A raw update's payload carrying what one of ``agent``'s advances carried (medians
+    over its walk, as JSON): the evidence it submitted, and the size of the answer."""
+    steps = sorted(agent.steps, key=lambda step: len(json.dumps(step.evidence)))
+    answers = sorted(len(step.result.model_dump_json()) for step in agent.steps)
+    return {"evidence": steps[len(steps) // 2].evidence, "answer_bytes": answers[len(answers) // 2]}
 
 
 def _evidence(view: PhaseView) -> dict:
     return complete_evidence({}, view)
 
 
-async def raw_updates(clients, task_queue: str, sessions: int, per: int) -> float:
+async def raw_updates(
+    clients, task_queue: str, sessions: int, per: int, payload: dict | None = None
+) -> float:
+    """Raw updates per second, ``per`` on each of ``sessions`` trivial workflows at once:
+    ``bump`` with an empty payload, or ``bump_sized`` with ``payload``."""
     handles = [
         await clients[i % len(clients)].start_workflow(
             RawUpdateWorkflow.run, id=f"raw-{uuid.uuid4().hex[:8]}", task_queue=task_queue
@@ -104,7 +115,10 @@ async def raw_updates(clients, task_queue: str, sessions: int, per: int) -> floa
 
     async def drive(h) -> None:
         for _ in range(per):
-            await h.execute_update(RawUpdateWorkflow.bump, {})
+            if payload is None:
+                await h.execute_update(RawUpdateWorkflow.bump, {})
+            else:
+                await h.execute_update(RawUpdateWorkflow.bump_sized, payload)
 
     began = time.perf_counter()
     await asyncio.gather(*(drive(h) for h in handles))
@@ -170,7 +184,7 @@ async def main(
                     "allow_unsigned_approvals": True,
                     "prefetch_ahead_bytes": ahead,
                     # A seal key ring: prefetches sealed, and phases ahead by default.
-                    "seal_keys_file": _ring(Path(tmp)) if sealed else None,
+                    "seal_keys_file": seal_ring(Path(tmp)) if sealed else None,
                 },
             )
             try:
@@ -190,17 +204,31 @@ async def main(
                 )
                 raw = await raw_updates(clients, f"{task_queue}-raw", sessions, phases)
                 print(f"raw updates:               {raw:6.1f}/s (baseline)", flush=True)
+                sized: dict | None = None
                 for label, agent_cls in (
                     ("advances, view in result: ", ScriptedAgent),
                     ("advances, query first:    ", QueryEveryPhase),
                 ):
                     try:
-                        rate, calls = await walk_all(pgs, agent_cls, sessions, kind)
+                        rate, calls, carried = await walk_all(pgs, agent_cls, sessions, kind)
                     except Exception as exc:  # noqa: BLE001 - a figure of its own: say why
                         print(f"{label}failed: {exc}", flush=True)
                         continue
+                    sized = sized or carried
                     print(
                         f"{label}{rate:6.1f}/s  {calls:.2f} calls/advance  {rate / raw:.2f}x raw",
+                        flush=True,
+                    )
+                if sized is not None:
+                    # The same raw updates carrying an advance's bytes: what is left of an
+                    # advance beyond what it must carry.
+                    raw_sized = await raw_updates(
+                        clients, f"{task_queue}-raw", sessions, phases, sized
+                    )
+                    print(
+                        f"raw updates, an advance's bytes ({len(json.dumps(sized['evidence']))} B "
+                        f"of evidence in, {sized['answer_bytes']} B out): {raw_sized:6.1f}/s "
+                        f"({raw_sized / raw:.2f}x raw)",
                         flush=True,
                     )
             finally:
