@@ -36,6 +36,8 @@ import _common
 from _common import bench_environment, seal_ring, start_bench_worker, stop_bench_worker
 from advance_latency import write_library
 from baseline import RawUpdateWorkflow
+from temporalio.api.enums.v1 import TimeoutType, WorkflowTaskFailedCause
+from temporalio.client import Client
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.session.messages import PhaseView, SessionOptions
@@ -70,11 +72,47 @@ class QueryEveryPhase(ScriptedAgent):
                 return len(self.steps)
 
 
+KEPT = Path(tempfile.gettempdir()) / "phasegate-bench-failed-histories"
+
+
+async def task_troubles(client: Client, sids: list[str]) -> list[str]:
+    """The sessions' workflow tasks that failed or timed out, one line each (the first
+    attempt of a workflow task that timed out on the worker's sticky queue included). The
+    history of a session whose workflow task failed is kept in :data:`KEPT` (JSON, for
+    ``temporalio.worker.Replayer``)."""
+    troubles: list[str] = []
+
+    async def one(sid: str) -> None:
+        async for event in client.get_workflow_handle(sid).fetch_history_events():
+            if event.HasField("workflow_task_failed_event_attributes"):
+                failed = event.workflow_task_failed_event_attributes
+                cause = WorkflowTaskFailedCause.Name(failed.cause)
+                KEPT.mkdir(exist_ok=True)
+                history = await client.get_workflow_handle(sid).fetch_history()
+                (KEPT / f"{sid}.json").write_text(history.to_json())
+                troubles.append(f"{sid} event {event.event_id}: failed ({cause}) "
+                                f"{failed.failure.message[:300]}")  # fmt: skip
+            elif event.HasField("workflow_task_timed_out_event_attributes"):
+                kind = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)
+                troubles.append(f"{sid} event {event.event_id}: timed out ({kind})")
+
+    sem = asyncio.Semaphore(50)
+
+    async def bounded(sid: str) -> None:
+        async with sem:
+            await one(sid)
+
+    await asyncio.gather(*(bounded(sid) for sid in sids))
+    return troubles
+
+
 async def walk_all(
     pgs: list[PhasegateClient], agent_cls: type[ScriptedAgent], n: int, kind: Kind
-) -> tuple[float, float, dict]:
+) -> tuple[float, float, dict, list[str]]:
     """Start ``n`` sessions, walk them all at once; (advances/s, calls per advance, an
-    advance's bytes: the median evidence submitted and answer returned, as JSON)."""
+    advance's bytes: the median evidence submitted and answer returned, as JSON, and the
+    workflow tasks that failed or timed out). An agent that fails fails the walk, with
+    what its session's history says of its workflow tasks."""
     sids = await start_sessions(pgs, n, kind)
     evidence: EvidenceTable = known_good(kind.workflow_type) if kind.workspace else {"*": _evidence}
     approve = unsigned_approver("lead")
@@ -82,11 +120,21 @@ async def walk_all(
     began = time.perf_counter()
     # advance_all: no status query of 200 completed sessions at the end (each would
     # replay its whole history on the worker), only the advances are timed.
-    await asyncio.gather(*(a.advance_all(s) for a, s in zip(agents, sids, strict=True)))
+    walked = await asyncio.gather(
+        *(a.advance_all(s) for a, s in zip(agents, sids, strict=True)), return_exceptions=True
+    )
     elapsed = time.perf_counter() - began
+    troubles = await task_troubles(pgs[0].temporal, sids)
+    errors = [w for w in walked if isinstance(w, BaseException)]
+    if errors:
+        raise RuntimeError(
+            f"{len(errors)} of {n} agents failed, the first: {errors[0]}; workflow tasks "
+            f"failed or timed out: {len(troubles)}{': ' if troubles else ''}"
+            + "; ".join(troubles[:5])
+        )
     advances = sum(len(a.steps) for a in agents)
     calls = advances + sum(a.queries for a in agents)
-    return advances / elapsed, calls / advances, advance_bytes(agents[0])
+    return advances / elapsed, calls / advances, advance_bytes(agents[0]), troubles
 
 
 def advance_bytes(agent: ScriptedAgent) -> dict:
@@ -210,15 +258,22 @@ async def main(
                     ("advances, query first:    ", QueryEveryPhase),
                 ):
                     try:
-                        rate, calls, carried = await walk_all(pgs, agent_cls, sessions, kind)
+                        rate, calls, carried, troubles = await walk_all(
+                            pgs, agent_cls, sessions, kind
+                        )
                     except Exception as exc:  # noqa: BLE001 - a figure of its own: say why
                         print(f"{label}failed: {exc}", flush=True)
                         continue
                     sized = sized or carried
                     print(
-                        f"{label}{rate:6.1f}/s  {calls:.2f} calls/advance  {rate / raw:.2f}x raw",
+                        f"{label}{rate:6.1f}/s  {calls:.2f} calls/advance  {rate / raw:.2f}x raw"
+                        f"  {len(troubles)} workflow tasks failed or timed out",
                         flush=True,
                     )
+                    for line in troubles[:5]:
+                        print(f"    {line}", flush=True)
+                    if troubles:
+                        print(f"    histories kept in {KEPT}", flush=True)
                 if sized is not None:
                     # The same raw updates carrying an advance's bytes: what is left of an
                     # advance beyond what it must carry.
