@@ -16,6 +16,8 @@ BENCHES = [
     ["verify_latency.py"],
     ["rag_bench.py"],
     ["concurrent_agents.py"],
+    ["concurrent_agents.py", "--sealed"],
+    ["scale_sessions.py", "--sessions", "3000", "--probes", "200"],
     ["load.py"],
     ["fault_suite.py"],
     ["orchestration_overhead.py"],
