@@ -75,11 +75,11 @@ class QueryEveryPhase(ScriptedAgent):
 KEPT = Path(tempfile.gettempdir()) / "phasegate-bench-failed-histories"
 
 
-async def task_troubles(client: Client, sids: list[str]) -> list[str]:
+async def task_troubles(client: Client, sids: list[str], keep: Path) -> list[str]:
     """The sessions' workflow tasks that failed or timed out, one line each (the first
     attempt of a workflow task that timed out on the worker's sticky queue included). The
-    history of a session whose workflow task failed is kept in :data:`KEPT` (JSON, for
-    ``temporalio.worker.Replayer``)."""
+    history of a session whose workflow task failed is kept in ``keep`` (JSON, for
+    ``temporalio.worker.Replayer``; a folder of :data:`KEPT` per run)."""
     troubles: list[str] = []
 
     async def one(sid: str) -> None:
@@ -87,9 +87,9 @@ async def task_troubles(client: Client, sids: list[str]) -> list[str]:
             if event.HasField("workflow_task_failed_event_attributes"):
                 failed = event.workflow_task_failed_event_attributes
                 cause = WorkflowTaskFailedCause.Name(failed.cause)
-                KEPT.mkdir(exist_ok=True)
+                keep.mkdir(parents=True, exist_ok=True)
                 history = await client.get_workflow_handle(sid).fetch_history()
-                (KEPT / f"{sid}.json").write_text(history.to_json())
+                (keep / f"{sid}.json").write_text(history.to_json())
                 troubles.append(f"{sid} event {event.event_id}: failed ({cause}) "
                                 f"{failed.failure.message[:300]}")  # fmt: skip
             elif event.HasField("workflow_task_timed_out_event_attributes"):
@@ -124,7 +124,7 @@ async def walk_all(
         *(a.advance_all(s) for a, s in zip(agents, sids, strict=True)), return_exceptions=True
     )
     elapsed = time.perf_counter() - began
-    troubles = await task_troubles(pgs[0].temporal, sids)
+    troubles = await task_troubles(pgs[0].temporal, sids, KEPT / pgs[0].task_queue)
     errors = [w for w in walked if isinstance(w, BaseException)]
     if errors:
         raise RuntimeError(
@@ -221,6 +221,7 @@ async def main(
             library = Path(SHIPPED_LIBRARY)
             phases = 7  # the raw baseline: as many updates per session as submissions
         task_queue = f"bench-{uuid.uuid4().hex[:6]}"
+        ring = seal_ring(Path(tmp)) if sealed else None
         async with await bench_environment() as env:
             worker = start_bench_worker(
                 env.client.service_client.config.target_host,
@@ -232,7 +233,7 @@ async def main(
                     "allow_unsigned_approvals": True,
                     "prefetch_ahead_bytes": ahead,
                     # A seal key ring: prefetches sealed, and phases ahead by default.
-                    "seal_keys_file": seal_ring(Path(tmp)) if sealed else None,
+                    "seal_keys_file": ring,
                 },
             )
             try:
@@ -273,7 +274,10 @@ async def main(
                     for line in troubles[:5]:
                         print(f"    {line}", flush=True)
                     if troubles:
-                        print(f"    histories kept in {KEPT}", flush=True)
+                        keep = KEPT / task_queue
+                        if ring is not None and keep.is_dir():  # sealed: replays with its ring
+                            shutil.copy(ring, keep / "seal-ring.json")
+                        print(f"    histories kept in {keep}", flush=True)
                 if sized is not None:
                     # The same raw updates carrying an advance's bytes: what is left of an
                     # advance beyond what it must carry.

@@ -118,3 +118,32 @@ async def test_the_engine_level_survives_continue_as_new(session_env, tmp_path):
     ]
     assert "render_phase" in order, order
     assert "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED" not in order[: order.index("render_phase")], order
+
+
+async def test_a_held_phase_waits_for_a_timer_of_its_own_length(session_env, tmp_path):
+    """Engine 3: a change of the phase alone always waits for the held attribute's timer,
+    started at its full length: no decision reads the clock. Engine 2 compared
+    ``workflow.now()`` with the time of the last upsert, and a replay does not always see
+    the time a live run saw (the activation that takes a local activity's result, when its
+    marker closed an earlier workflow task): under load, a replay upserted where the run
+    had held, a nondeterminism error (the held timer then lasted 10 s less the time since
+    the load's upsert)."""
+    from phasegate.domain.session.plan import PHASE_ATTRIBUTE_SECONDS, SESSION_ENGINE
+
+    pg, _ = session_env
+    sid = await pg.start("mini_v1", str(tmp_path))
+    await asyncio.sleep(1.5)  # an engine-2 timer would now be 1.5 s short
+    await pg.submit(sid, 0, GOOD_0)
+    timers: list[float] = []
+    for _ in range(100):  # the timer starts with the prefetch's workflow task
+        history = await pg.handle(sid).fetch_history()
+        timers = [
+            e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+        ]
+        if timers:
+            break
+        await asyncio.sleep(0.05)
+    assert timers == [PHASE_ATTRIBUTE_SECONDS], timers
+    assert SESSION_ENGINE >= 3

@@ -174,15 +174,32 @@ class Publisher:
         *,
         phase_every: float = 0,
         latest: Callable[[], tuple[str, int, str]] | None = None,
+        by_timer: bool = False,
     ) -> None:
         """Upsert the search attributes if they changed (an upsert is a history event);
         with ``phase_every`` (seconds), a change of the phase alone at most that often,
-        then by a timer that writes ``latest()`` (the host's values when it fires)."""
+        then by a timer that writes ``latest()`` (the host's values when it fires).
+
+        ``by_timer``: a change of the phase alone always waits for the timer (one running
+        at a time), and no decision reads the clock. Without it (histories recorded so),
+        the change is written at once when ``phase_every`` has passed since the last
+        upsert, which compares ``workflow.now()`` with the time of that upsert, and the
+        SDK does not replay the time of every activation as it ran: the activation that
+        takes a local activity's result, when that result's marker closed an earlier
+        workflow task (one completed early to answer a query), runs at that earlier
+        task's time on replay (a nondeterminism error under load, 2026-11)."""
         if self._on_change and not self.stale(name, phase, status):
             self._held = None
             return
         last = self._attributes
-        if phase_every and last is not None and self._upserted_at is not None:
+        if phase_every and by_timer and last is not None:
+            if (last[0], last[2]) == (name, status):
+                self._held = (name, phase, status)
+                if self._timer is None or self._timer.done():  # one timer at a time
+                    every = timedelta(seconds=phase_every)
+                    self._timer = asyncio.create_task(self._write_held_after(every, latest))
+                return
+        elif phase_every and last is not None and self._upserted_at is not None:
             due = self._upserted_at + timedelta(seconds=phase_every)
             if (last[0], last[2]) == (name, status) and workflow.now() < due:
                 self._held = (name, phase, status)
@@ -204,6 +221,18 @@ class Publisher:
             self._held = None
             if self.stale(*values):
                 self._upsert(*values)
+
+    async def _write_held_after(
+        self, every: timedelta, latest: Callable[[], tuple[str, int, str]] | None
+    ) -> None:
+        """``by_timer``'s timer: after ``every``, the latest values, if still unwritten."""
+        await workflow.sleep(every)
+        if self._held is None:
+            return  # a status change wrote them meanwhile
+        values = latest() if latest is not None else self._held
+        self._held = None
+        if self.stale(*values):
+            self._upsert(*values)
 
     def _upsert(self, name: str, phase: int, status: str) -> None:
         self._held = None

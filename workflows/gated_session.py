@@ -572,7 +572,9 @@ class GatedSession:
         if defer_search_attributes and self._prefetch.pending():
             return
         every = PHASE_ATTRIBUTE_SECONDS if state.engine >= 2 else 0
-        self._publisher.attributes(*self._shown(), phase_every=every, latest=self._shown)
+        self._publisher.attributes(
+            *self._shown(), phase_every=every, latest=self._shown, by_timer=state.engine >= 3
+        )
 
     def _shown(self) -> tuple[str, int, str]:
         state = self._ready()

@@ -76,8 +76,9 @@ class NotifyRequest(BaseModel):
 # What a session loaded by this code runs (SessionPlan.engine, kept in SessionState): from
 # 1 on, the paths older code reached through ``workflow.patched`` are taken without it;
 # from 2 on, a change of the phase alone reaches search attributes at most every
-# PHASE_ATTRIBUTE_SECONDS (workflows/_kit.Publisher).
-SESSION_ENGINE = 2
+# PHASE_ATTRIBUTE_SECONDS (workflows/_kit.Publisher); from 3 on, always by the timer, with
+# no decision reading the clock (Publisher.attributes' ``by_timer``).
+SESSION_ENGINE = 3
 PHASE_ATTRIBUTE_SECONDS = 10.0  # decides timers in engine-2 histories: change it at engine 3
 
 

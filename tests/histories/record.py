@@ -378,6 +378,21 @@ async def engine_2(pg: PhasegateClient, home: str) -> None:
             await _static_walk(ahead, home, "engine-2-ahead", "engine_2_ahead")
 
 
+async def engine_3(pg: PhasegateClient, home: str) -> None:
+    """A session loaded at engine 3: a change of the phase alone always waits for the
+    held attribute's timer (no decision reads the clock), a status change is written at
+    once; two advances inside one timer, then the timer's upsert (engine_3_held)."""
+    sid = await pg.start("mini_v1", home, session_id="engine-3-held")
+    await pg.submit(sid, 0, GOOD_0)
+    while (await pg.handle(sid).describe()).typed_search_attributes.get(SA_PHASE) != 1:
+        await asyncio.sleep(0.2)  # the timer's upsert
+    await pg.submit(sid, 1, {"plan": "the plan"})
+    await pg.decide(sid, approver="alice", decision="approve")
+    await pg.submit(sid, 2, {"tests_run": 1, "tests_passed": 1})
+    await pg.result(sid)
+    await _save(pg, sid, "engine_3_held")
+
+
 async def _static_walk(
     pg: PhasegateClient, home: str, session_id: str, name: str, *, repeat: bool = False
 ) -> None:
@@ -402,6 +417,7 @@ SCENARIOS = {
     "engine-1": engine_1,
     "engine-1-continued": engine_1_continued,
     "engine-2": engine_2,
+    "engine-3": engine_3,
     "task-state": task_state,
     "carry-proof": carry_proof,
     "verify-here": verify_here,
