@@ -330,10 +330,13 @@ async def test_a_worker_killed_mid_step_loses_nothing_and_ends_the_step_once(
     try:
         assert first.stdout is not None and "phasegate worker" in first.stdout.readline()
         rid = await graphs.start(Graph.model_validate(spec), target=str(tmp_path))
-        for _ in range(200):  # the handler has started on the first worker
+        # The handler has started on the first worker (a loaded machine can take a while
+        # to start a worker process and hand it the step's activity).
+        for _ in range(600):
             if (tmp_path / "calls").exists():
                 break
             await asyncio.sleep(0.05)
+        assert (tmp_path / "calls").exists(), "the first worker never ran the handler"
     finally:
         first.kill()  # SIGKILL, mid-step: no chance to clean up
         first.wait()
