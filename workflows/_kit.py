@@ -26,8 +26,9 @@ Histories recorded before the check replay as they were recorded (the check is a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -194,20 +195,23 @@ class Publisher:
         last = self._attributes
         if phase_every and by_timer and last is not None:
             if (last[0], last[2]) == (name, status):
-                self._held = (name, phase, status)
-                if self._timer is None or self._timer.done():  # one timer at a time
-                    every = timedelta(seconds=phase_every)
-                    self._timer = asyncio.create_task(self._write_held_after(every, latest))
+                every = timedelta(seconds=phase_every)
+                self._hold((name, phase, status), lambda: self._write_held_after(every, latest))
                 return
         elif phase_every and last is not None and self._upserted_at is not None:
-            due = self._upserted_at + timedelta(seconds=phase_every)
-            if (last[0], last[2]) == (name, status) and workflow.now() < due:
-                self._held = (name, phase, status)
-                if self._timer is None or self._timer.done():  # one timer at a time
-                    every = timedelta(seconds=phase_every)
-                    self._timer = asyncio.create_task(self._write_held(every, latest))
+            every = timedelta(seconds=phase_every)
+            if (last[0], last[2]) == (name, status) and workflow.now() < self._upserted_at + every:
+                self._hold((name, phase, status), lambda: self._write_held(every, latest))
                 return
         self._upsert(name, phase, status)
+
+    def _hold(
+        self, values: tuple[str, int, str], timer: Callable[[], Coroutine[Any, Any, None]]
+    ) -> None:
+        """Hold ``values`` for the timer ``timer()`` runs (one timer at a time)."""
+        self._held = values
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.create_task(timer())
 
     async def _write_held(
         self, every: timedelta, latest: Callable[[], tuple[str, int, str]] | None
@@ -217,18 +221,19 @@ class Publisher:
             if wait > timedelta(0):  # an upsert since (a status change) moved the due time
                 await workflow.sleep(wait)
                 continue
-            values = latest() if latest is not None else self._held
-            self._held = None
-            if self.stale(*values):
-                self._upsert(*values)
+            self._write_latest(latest)
 
     async def _write_held_after(
         self, every: timedelta, latest: Callable[[], tuple[str, int, str]] | None
     ) -> None:
         """``by_timer``'s timer: after ``every``, the latest values, if still unwritten."""
         await workflow.sleep(every)
-        if self._held is None:
-            return  # a status change wrote them meanwhile
+        if self._held is not None:  # else a status change wrote them meanwhile
+            self._write_latest(latest)
+
+    def _write_latest(self, latest: Callable[[], tuple[str, int, str]] | None) -> None:
+        """The held change's timer fired: write the latest values if still unwritten."""
+        assert self._held is not None
         values = latest() if latest is not None else self._held
         self._held = None
         if self.stale(*values):

@@ -355,15 +355,7 @@ async def engine_2(pg: PhasegateClient, home: str) -> None:
     (engine_2_walk); and, on a worker that renders phases ahead
     (PHASEGATE_PREFETCH_AHEAD), a walk rendered once, by the run's first prefetch, a
     local ``render_phases`` (engine_2_ahead)."""
-    sid = await pg.start("mini_v1", home, session_id="engine-2-held")
-    await pg.submit(sid, 0, GOOD_0)
-    while (await pg.handle(sid).describe()).typed_search_attributes.get(SA_PHASE) != 1:
-        await asyncio.sleep(0.2)  # the timer's upsert
-    await pg.submit(sid, 1, {"plan": "the plan"})
-    await pg.decide(sid, approver="alice", decision="approve")
-    await pg.submit(sid, 2, {"tests_run": 1, "tests_passed": 1})
-    await pg.result(sid)
-    await _save(pg, sid, "engine_2_held")
+    await _held_walk(pg, home, "engine-2-held", "engine_2_held")
     await _static_walk(pg, home, "engine-2-walk", "engine_2_walk")
     settings = Settings(
         task_queue="record-ahead",
@@ -381,8 +373,14 @@ async def engine_2(pg: PhasegateClient, home: str) -> None:
 async def engine_3(pg: PhasegateClient, home: str) -> None:
     """A session loaded at engine 3: a change of the phase alone always waits for the
     held attribute's timer (no decision reads the clock), a status change is written at
-    once; two advances inside one timer, then the timer's upsert (engine_3_held)."""
-    sid = await pg.start("mini_v1", home, session_id="engine-3-held")
+    once (engine_3_held)."""
+    await _held_walk(pg, home, "engine-3-held", "engine_3_held")
+
+
+async def _held_walk(pg: PhasegateClient, home: str, session_id: str, name: str) -> None:
+    """mini_v1: an advance whose phase is held until the timer writes it, then an
+    approval and completion (status changes, written at once)."""
+    sid = await pg.start("mini_v1", home, session_id=session_id)
     await pg.submit(sid, 0, GOOD_0)
     while (await pg.handle(sid).describe()).typed_search_attributes.get(SA_PHASE) != 1:
         await asyncio.sleep(0.2)  # the timer's upsert
@@ -390,7 +388,7 @@ async def engine_3(pg: PhasegateClient, home: str) -> None:
     await pg.decide(sid, approver="alice", decision="approve")
     await pg.submit(sid, 2, {"tests_run": 1, "tests_passed": 1})
     await pg.result(sid)
-    await _save(pg, sid, "engine_3_held")
+    await _save(pg, sid, name)
 
 
 async def _static_walk(
