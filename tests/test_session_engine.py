@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from pathlib import Path
+from typing import Any
 
+import pytest
 from fixture_evidence import GOOD_0
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHistory
+from temporalio import client as client_interceptors
+from temporalio import workflow as temporal_workflow
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import (
+    HandleUpdateInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
 
 from phasegate.client.api import PhasegateClient
 from phasegate.domain.session.messages import SessionOptions
+from phasegate.temporal import SA_PHASE
+from phasegate.testing import running_worker
 from phasegate.workflows._kit import CARRY_PROOF
 
 PATCH_MARKER = "core_patch"
@@ -147,3 +161,130 @@ async def test_a_held_phase_waits_for_a_timer_of_its_own_length(session_env, tmp
         await asyncio.sleep(0.05)
     assert timers == [PHASE_ATTRIBUTE_SECONDS], timers
     assert SESSION_ENGINE >= 3
+
+
+# ---- engine 4: the held attribute's timer never refuses the run's close -----------------
+
+_HOLD_SECONDS = 3.0  # how long the closing workflow task is held (the timer: 1 s)
+_SLOW_NEXT_UPDATE: set[str] = set()  # sessions whose next update's task is held
+
+
+class _HoldClosingTask(client_interceptors.Interceptor, Interceptor):
+    """Holds the workflow task of a marked session's next update for ``_HOLD_SECONDS``
+    (a blocking sleep in workflow code, on the worker's thread: the worker runs workflow
+    code outside the sandbox, its deadlock detection off), so a timer fires while that
+    task runs, as it does under load. Popped on first use: a replay of that update does not wait again."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        return _HoldInbound
+
+
+class _HoldInbound(WorkflowInboundInterceptor):
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        sid = temporal_workflow.info().workflow_id
+        if sid in _SLOW_NEXT_UPDATE:
+            _SLOW_NEXT_UPDATE.discard(sid)
+            time.sleep(_HOLD_SECONDS)  # noqa: ASYNC251 (the point: the task is held)
+        return await super().handle_update_handler(input)
+
+
+def _two_phase_library(root: Path) -> Path:
+    """quick_v1: two phases, no approval, so the last phase is entered by a change of the
+    phase alone (held for the timer) and the session completes right after."""
+    meta = {
+        "workflow_type": "quick_v1",
+        "name": "Two quick phases",
+        "phases": [
+            {"phase_number": 0, "phase_name": "Count"},
+            {"phase_number": 1, "phase_name": "Report"},
+        ],
+    }
+    folder = root / "quick_v1"
+    for n in (0, 1):
+        (folder / "phases" / str(n)).mkdir(parents=True)
+        (folder / "phases" / str(n) / "phase.md").write_text(f"# Phase {n}\n\nCount things.\n")
+        (folder / "phases" / str(n) / "gate-definition.yaml").write_text(
+            "evidence_schema:\n  count: {type: integer, required: true, min: 1}\n"
+        )
+    (folder / "metadata.json").write_text(json.dumps(meta))
+    return root
+
+
+def _events(history: WorkflowHistory, kind: int) -> list[Any]:
+    return [e for e in history.events if e.event_type == kind]
+
+
+@pytest.mark.parametrize("engine", [3, 4])
+async def test_a_timer_firing_during_the_closing_task_does_not_refuse_the_close(
+    engine, env, settings_for, executor, tmp_path, monkeypatch
+):
+    """Under load, the held attribute's timer fired while a session's closing workflow
+    task ran; the server then refused the task's completion (``UnhandledCommand``: a
+    close command with a new event buffered), one more task and a full replay each time
+    (0-60 a run at 200 agents). Engine 4 cancels the timer before the close, which
+    withdraws the buffered firing. Here the timer is 1 s and the closing task is held
+    3 s, so the timer always fires during it; engine 3 shows the refusal."""
+    from phasegate.activities import definitions
+    from phasegate.workflows import gated_session
+
+    monkeypatch.setattr(definitions, "SESSION_ENGINE", engine)
+    monkeypatch.setattr(gated_session, "PHASE_ATTRIBUTE_SECONDS", 1.0)
+    monkeypatch.setenv("TEMPORAL_DEBUG", "1")  # the worker's deadlock detection off
+    config = env.client.config()
+    client = Client(**{**config, "interceptors": [*config["interceptors"], _HoldClosingTask()]})
+    settings = settings_for(_two_phase_library(tmp_path / "library"))
+    async with running_worker(client, settings, executor=executor):
+        pg = PhasegateClient(client, settings.task_queue)
+        sid = await pg.start("quick_v1", str(tmp_path))
+        assert (await pg.submit(sid, 0, {"count": 1})).passed  # phase 1: held for the timer
+        for _ in range(100):
+            history = await pg.handle(sid).fetch_history()
+            if _events(history, EventType.EVENT_TYPE_TIMER_STARTED):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the held attribute's timer never started")
+        _SLOW_NEXT_UPDATE.add(sid)
+        assert (await pg.submit(sid, 1, {"count": 2})).completed
+        await pg.result(sid)
+        history = await pg.handle(sid).fetch_history()
+    refused = [
+        e.workflow_task_failed_event_attributes.cause
+        for e in _events(history, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    ]
+    kinds = [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in history.events]
+    if engine == 3:  # the refusal engine 4 removes
+        assert refused == [WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND]
+        assert "TIMER_FIRED" in kinds, kinds
+        return
+    assert refused == [], " ".join(kinds)
+    assert "TIMER_FIRED" not in kinds, kinds
+    assert kinds.index("TIMER_CANCELED") < kinds.index("WORKFLOW_EXECUTION_COMPLETED"), kinds
+    # What the timer held was written with the close: the last phase and "completed".
+    described = await pg.handle(sid).describe()
+    assert described.typed_search_attributes.get(SA_PHASE) == 1
+
+
+def test_recorded_engine_4_runs_cancel_the_held_timer_before_they_close():
+    """tests/histories/engine_4_*: a status change cancels the held attribute's timer,
+    and a run continued as new writes what was held, then cancels the timer, before the
+    close (both replay in test_durability)."""
+    histories = Path(__file__).parent / "histories"
+
+    def kinds(name: str) -> list[str]:
+        (path,) = histories.glob(f"{name}--*.json")
+        history = WorkflowHistory.from_json(path.stem.split("--", 1)[1], path.read_text())
+        return [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in history.events]
+
+    cancel = kinds("engine_4_cancel")
+    assert "TIMER_FIRED" not in cancel
+    assert cancel.index("TIMER_STARTED") < cancel.index("TIMER_CANCELED"), cancel
+    continued = kinds("engine_4_run0")
+    assert "TIMER_FIRED" not in continued
+    assert continued[-3:] == [
+        "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES",
+        "TIMER_CANCELED",
+        "WORKFLOW_EXECUTION_CONTINUED_AS_NEW",
+    ], continued

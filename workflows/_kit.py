@@ -176,6 +176,8 @@ class Publisher:
         phase_every: float = 0,
         latest: Callable[[], tuple[str, int, str]] | None = None,
         by_timer: bool = False,
+        cancels: bool = False,
+        final: bool = False,
     ) -> None:
         """Upsert the search attributes if they changed (an upsert is a history event);
         with ``phase_every`` (seconds), a change of the phase alone at most that often,
@@ -188,12 +190,23 @@ class Publisher:
         SDK does not replay the time of every activation as it ran: the activation that
         takes a local activity's result, when that result's marker closed an earlier
         workflow task (one completed early to answer a query), runs at that earlier
-        task's time on replay (a nondeterminism error under load, 2026-11)."""
+        task's time on replay (a nondeterminism error under load, 2026-11).
+
+        ``cancels`` (with ``by_timer``): a write that leaves the timer nothing to write
+        cancels it, and ``final`` (the run is about to close: complete or continue as new)
+        writes at once, holding nothing. A timer that fires while the run's closing
+        workflow task runs makes the server refuse that task's completion
+        (``UnhandledCommand``: one more task and a full replay); a cancel sent before the
+        close command withdraws the buffered firing, so the close goes through."""
         if self._on_change and not self.stale(name, phase, status):
             self._held = None
+            if cancels:
+                self._cancel_timer()
             return
         last = self._attributes
-        if phase_every and by_timer and last is not None:
+        if final and cancels:
+            pass  # written at once, below
+        elif phase_every and by_timer and last is not None:
             if (last[0], last[2]) == (name, status):
                 every = timedelta(seconds=phase_every)
                 self._hold((name, phase, status), lambda: self._write_held_after(every, latest))
@@ -204,6 +217,15 @@ class Publisher:
                 self._hold((name, phase, status), lambda: self._write_held(every, latest))
                 return
         self._upsert(name, phase, status)
+        if cancels:
+            self._cancel_timer()
+
+    def _cancel_timer(self) -> None:
+        """End the held attribute's timer, if one is running (its write is done or moot)."""
+        self._held = None
+        if self._timer is not None and not self._timer.done():
+            self._timer.cancel()
+        self._timer = None
 
     def _hold(
         self, values: tuple[str, int, str], timer: Callable[[], Coroutine[Any, Any, None]]

@@ -211,7 +211,7 @@ class GatedSession:
         await workflow.wait_condition(workflow.all_handlers_finished)
         if state.finished:  # a continued run projects what this one did not get to
             await self._tasks.flush()
-        self._publish()
+        self._publish(final=True)
         if not state.finished:
             workflow.continue_as_new(
                 StartSession(
@@ -561,11 +561,12 @@ class GatedSession:
         stale = self._publisher.stale(*self._shown())
         return stale and not self._prefetch.pending() and not self._publisher.holding()
 
-    def _publish(self, *, defer_search_attributes: bool = False) -> None:
+    def _publish(self, *, defer_search_attributes: bool = False, final: bool = False) -> None:
         """Keep search attributes and the Web UI's current details in step with state.
 
         With ``defer_search_attributes`` and a prefetch in flight, the upsert waits
         for the prefetch's workflow task (the run loop sees ``_visibility_due``).
+        ``final``: the run closes next (engine 4 writes what is held and ends its timer).
         """
         state = self._ready()
         self._publisher.details(details_markdown(state))
@@ -573,7 +574,12 @@ class GatedSession:
             return
         every = PHASE_ATTRIBUTE_SECONDS if state.engine >= 2 else 0
         self._publisher.attributes(
-            *self._shown(), phase_every=every, latest=self._shown, by_timer=state.engine >= 3
+            *self._shown(),
+            phase_every=every,
+            latest=self._shown,
+            by_timer=state.engine >= 3,
+            cancels=state.engine >= 4,
+            final=final,
         )
 
     def _shown(self) -> tuple[str, int, str]:

@@ -77,8 +77,11 @@ class NotifyRequest(BaseModel):
 # 1 on, the paths older code reached through ``workflow.patched`` are taken without it;
 # from 2 on, a change of the phase alone reaches search attributes at most every
 # PHASE_ATTRIBUTE_SECONDS (workflows/_kit.Publisher); from 3 on, always by the timer, with
-# no decision reading the clock (Publisher.attributes' ``by_timer``).
-SESSION_ENGINE = 3
+# no decision reading the clock (Publisher.attributes' ``by_timer``); from 4 on, a write
+# that leaves the timer nothing to write cancels it, and the run's close writes what is
+# held at once and cancels it first (``cancels``, ``final``): a timer firing during the
+# closing workflow task no longer makes the server refuse the close (UnhandledCommand).
+SESSION_ENGINE = 4
 PHASE_ATTRIBUTE_SECONDS = 10.0  # decides timers in engine-2 histories: change it at engine 3
 
 

@@ -29,6 +29,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))  # tests/: the shared fixture evidence
 
 from fixture_evidence import GOOD_0
+from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from phasegate import SHIPPED_LIBRARY
@@ -377,6 +378,49 @@ async def engine_3(pg: PhasegateClient, home: str) -> None:
     await _held_walk(pg, home, "engine-3-held", "engine_3_held")
 
 
+async def engine_4(pg: PhasegateClient, home: str) -> None:
+    """Sessions loaded at engine 4: a status change cancels the held attribute's timer
+    (engine_4_cancel: an advance held, then awaiting approval), and a run that continues
+    as new while a change is held writes it and cancels the timer before it closes
+    (engine_4_run0, continued in engine_4_run1)."""
+    sid = await pg.start("mini_v1", home, session_id="engine-4-cancel")
+    await pg.submit(sid, 0, GOOD_0)
+    await _timer_started(pg, sid)
+    await pg.submit(sid, 1, {"plan": "the plan"})
+    await pg.decide(sid, approver="alice", decision="approve")
+    await pg.submit(sid, 2, {"tests_run": 1, "tests_passed": 1})
+    await pg.result(sid)
+    await _save(pg, sid, "engine_4_cancel")
+
+    options = SessionOptions(continue_as_new_after_events=30)
+    sid = await pg.start("mini_v1", home, session_id="engine-4-can", options=options)
+    first_run = (await pg.handle(sid).describe()).run_id
+    await pg.submit(sid, 0, GOOD_0)
+    await _timer_started(pg, sid)
+    for i in range(20):  # failed attempts grow history past the limit, the phase held
+        await pg.submit(sid, 1, {"plan": "x"}, submission_id=f"f{i}")
+        if (await pg.handle(sid).describe()).run_id != first_run:
+            break
+    else:
+        raise AssertionError("engine-4-can never continued as new")
+    await pg.submit(sid, 1, {"plan": "the plan"})
+    await pg.decide(sid, approver="alice", decision="approve")
+    await pg.submit(sid, 2, {"tests_run": 1, "tests_passed": 1})
+    await pg.result(sid)
+    await _save(pg, sid, "engine_4_run0", first_run)
+    await _save(pg, sid, "engine_4_run1")
+
+
+async def _timer_started(pg: PhasegateClient, sid: str) -> None:
+    """Wait for the held attribute's timer (it starts with the prefetch's workflow task)."""
+    for _ in range(200):
+        history = await pg.handle(sid).fetch_history()
+        if any(e.event_type == EventType.EVENT_TYPE_TIMER_STARTED for e in history.events):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{sid}: the held attribute's timer never started")
+
+
 async def _held_walk(pg: PhasegateClient, home: str, session_id: str, name: str) -> None:
     """mini_v1: an advance whose phase is held until the timer writes it, then an
     approval and completion (status changes, written at once)."""
@@ -416,6 +460,7 @@ SCENARIOS = {
     "engine-1-continued": engine_1_continued,
     "engine-2": engine_2,
     "engine-3": engine_3,
+    "engine-4": engine_4,
     "task-state": task_state,
     "carry-proof": carry_proof,
     "verify-here": verify_here,
