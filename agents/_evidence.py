@@ -7,13 +7,14 @@ its evidence with it); ``phasegate.testing`` re-exports both functions.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from phasegate.activities.definitions import example_evidence as documented_example
 from phasegate.domain.errors import ExpressionError
-from phasegate.domain.expressions import compile_expression
+from phasegate.domain.expressions import CompiledExpression, compile_expression
 from phasegate.domain.session.messages import GateField, PhaseView
 
 __all__ = ["complete_evidence", "example_evidence"]
@@ -58,18 +59,31 @@ def _value_for(name: str, schema: Mapping[str, Any]) -> Any:
     return value
 
 
-def _satisfying(expr: str, params: dict[str, Any], default: Any) -> Any:
-    """A value the field's lambda validator accepts: the default, else a literal of the
-    expression or a number next to one (``x == 'high'``, ``x >= 5``, ``x < 0.3``)."""
+@functools.lru_cache(maxsize=256)
+def _parsed(expr: str) -> tuple[CompiledExpression, tuple[Any, ...]] | None:
+    """The validator compiled, and its literals; None if it does not compile. Kept: an
+    agent meets the same validators again and again (200 scripted agents parsing them
+    anew for every submission spent 17% of their process's time building evidence,
+    bench/concurrent_agents.py)."""
     try:
         check = compile_expression(expr)
-        literals = [
+        literals = tuple(
             node.value
             for node in ast.walk(ast.parse(expr, mode="eval"))
             if isinstance(node, ast.Constant) and node.value is not None
-        ]
+        )
     except (ExpressionError, SyntaxError):
+        return None
+    return check, literals
+
+
+def _satisfying(expr: str, params: dict[str, Any], default: Any) -> Any:
+    """A value the field's lambda validator accepts: the default, else a literal of the
+    expression or a number next to one (``x == 'high'``, ``x >= 5``, ``x < 0.3``)."""
+    parsed = _parsed(expr)
+    if parsed is None:
         return default
+    check, literals = parsed
     numbers = [v for v in params.values() if isinstance(v, (int, float))]
     candidates = [default, *literals, *numbers]
     if isinstance(default, list):  # len(x) >= N: as many items as the literals ask for

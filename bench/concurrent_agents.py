@@ -33,7 +33,13 @@ import uuid
 from pathlib import Path
 
 import _common
-from _common import bench_environment, seal_ring, start_bench_worker, stop_bench_worker
+from _common import (
+    CpuMeter,
+    bench_environment,
+    seal_ring,
+    start_bench_worker,
+    stop_bench_worker,
+)
 from advance_latency import write_library
 from baseline import RawUpdateWorkflow
 from temporalio.api.enums.v1 import TimeoutType, WorkflowTaskFailedCause
@@ -107,8 +113,8 @@ async def task_troubles(client: Client, sids: list[str], keep: Path) -> list[str
 
 
 async def walk_all(
-    pgs: list[PhasegateClient], agent_cls: type[ScriptedAgent], n: int, kind: Kind
-) -> tuple[float, float, dict, list[str]]:
+    pgs: list[PhasegateClient], agent_cls: type[ScriptedAgent], n: int, kind: Kind, cpu: CpuMeter
+) -> tuple[float, float, dict, list[str], str]:
     """Start ``n`` sessions, walk them all at once; (advances/s, calls per advance, an
     advance's bytes: the median evidence submitted and answer returned, as JSON, and the
     workflow tasks that failed or timed out). An agent that fails fails the walk, with
@@ -117,6 +123,7 @@ async def walk_all(
     evidence: EvidenceTable = known_good(kind.workflow_type) if kind.workspace else {"*": _evidence}
     approve = unsigned_approver("lead")
     agents = [agent_cls(pgs[i % len(pgs)], evidence, approve=approve) for i in range(n)]
+    cpu.start()
     began = time.perf_counter()
     # advance_all: no status query of 200 completed sessions at the end (each would
     # replay its whole history on the worker), only the advances are timed.
@@ -124,6 +131,8 @@ async def walk_all(
         *(a.advance_all(s) for a, s in zip(agents, sids, strict=True)), return_exceptions=True
     )
     elapsed = time.perf_counter() - began
+    advances = sum(len(a.steps) for a in agents)
+    spent = cpu.per_op(advances)
     troubles = await task_troubles(pgs[0].temporal, sids, KEPT / pgs[0].task_queue)
     errors = [w for w in walked if isinstance(w, BaseException)]
     if errors:
@@ -132,9 +141,8 @@ async def walk_all(
             f"failed or timed out: {len(troubles)}{': ' if troubles else ''}"
             + "; ".join(troubles[:5])
         )
-    advances = sum(len(a.steps) for a in agents)
     calls = advances + sum(a.queries for a in agents)
-    return advances / elapsed, calls / advances, advance_bytes(agents[0]), troubles
+    return advances / elapsed, calls / advances, advance_bytes(agents[0]), troubles, spent
 
 
 def advance_bytes(agent: ScriptedAgent) -> dict:
@@ -150,10 +158,10 @@ def _evidence(view: PhaseView) -> dict:
 
 
 async def raw_updates(
-    clients, task_queue: str, sessions: int, per: int, payload: dict | None = None
-) -> float:
+    clients, task_queue: str, sessions: int, per: int, cpu: CpuMeter, payload: dict | None = None
+) -> tuple[float, str]:
     """Raw updates per second, ``per`` on each of ``sessions`` trivial workflows at once:
-    ``bump`` with an empty payload, or ``bump_sized`` with ``payload``."""
+    ``bump`` with an empty payload, or ``bump_sized`` with ``payload``; and their CPU."""
     handles = [
         await clients[i % len(clients)].start_workflow(
             RawUpdateWorkflow.run, id=f"raw-{uuid.uuid4().hex[:8]}", task_queue=task_queue
@@ -168,12 +176,14 @@ async def raw_updates(
             else:
                 await h.execute_update(RawUpdateWorkflow.bump_sized, payload)
 
+    cpu.start()
     began = time.perf_counter()
     await asyncio.gather(*(drive(h) for h in handles))
     elapsed = time.perf_counter() - began
+    spent = cpu.per_op(sessions * per)
     for h in handles:
         await h.signal(RawUpdateWorkflow.finish)
-    return sessions * per / elapsed
+    return sessions * per / elapsed, spent
 
 
 class Kind:
@@ -236,6 +246,7 @@ async def main(
                     "seal_keys_file": ring,
                 },
             )
+            cpu = CpuMeter(env.client.service_client.config.target_host, worker.pid)
             try:
                 # Agents are separate programs: one connection per 50 of them (a single
                 # HTTP/2 connection refuses that many concurrent blocking calls).
@@ -251,16 +262,17 @@ async def main(
                     f"{'the default' if ahead is None else f'{ahead} bytes'}",
                     flush=True,
                 )
-                raw = await raw_updates(clients, f"{task_queue}-raw", sessions, phases)
+                raw, spent = await raw_updates(clients, f"{task_queue}-raw", sessions, phases, cpu)
                 print(f"raw updates:               {raw:6.1f}/s (baseline)", flush=True)
+                print(f"    {spent}", flush=True)
                 sized: dict | None = None
                 for label, agent_cls in (
                     ("advances, view in result: ", ScriptedAgent),
                     ("advances, query first:    ", QueryEveryPhase),
                 ):
                     try:
-                        rate, calls, carried, troubles = await walk_all(
-                            pgs, agent_cls, sessions, kind
+                        rate, calls, carried, troubles, spent = await walk_all(
+                            pgs, agent_cls, sessions, kind, cpu
                         )
                     except Exception as exc:  # noqa: BLE001 - a figure of its own: say why
                         print(f"{label}failed: {exc}", flush=True)
@@ -271,6 +283,7 @@ async def main(
                         f"  {len(troubles)} workflow tasks failed or timed out",
                         flush=True,
                     )
+                    print(f"    {spent}", flush=True)
                     for line in troubles[:5]:
                         print(f"    {line}", flush=True)
                     if troubles:
@@ -281,8 +294,8 @@ async def main(
                 if sized is not None:
                     # The same raw updates carrying an advance's bytes: what is left of an
                     # advance beyond what it must carry.
-                    raw_sized = await raw_updates(
-                        clients, f"{task_queue}-raw", sessions, phases, sized
+                    raw_sized, spent = await raw_updates(
+                        clients, f"{task_queue}-raw", sessions, phases, cpu, sized
                     )
                     print(
                         f"raw updates, an advance's bytes ({len(json.dumps(sized['evidence']))} B "
@@ -290,6 +303,7 @@ async def main(
                         f"({raw_sized / raw:.2f}x raw)",
                         flush=True,
                     )
+                    print(f"    {spent}", flush=True)
             finally:
                 stop_bench_worker(worker)
 
