@@ -29,7 +29,7 @@ from baseline import RawUpdateWorkflow, echo
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from phasegate.domain.settings import Settings
-from phasegate.temporal import connect
+from phasegate.temporal import connect, metrics_runtime
 from phasegate.worker import (
     MAIN_ACTIVITY_THREADS,
     WORKFLOW_TASKS_AT_ONCE,
@@ -60,7 +60,11 @@ async def serve(
     """Serve phasegate's worker (unless ``phasegate`` is false) and a baseline worker
     (``workflow`` and ``activity`` on ``<task queue>-raw``) until SIGTERM; print
     ``ready`` once both poll."""
-    client = await connect(settings)
+    # metrics_port: the Temporal runtime's Prometheus metrics (sticky cache hits, replays).
+    runtime = None
+    if settings.metrics_port is not None:
+        runtime = metrics_runtime(settings.metrics_port, host="127.0.0.1")
+    client = await connect(settings, runtime=runtime)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     # As many threads as `phasegate worker` gives its main worker.
