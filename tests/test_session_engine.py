@@ -267,10 +267,11 @@ async def test_a_timer_firing_during_the_closing_task_does_not_refuse_the_close(
     assert described.typed_search_attributes.get(SA_PHASE) == 1
 
 
-def test_recorded_engine_4_runs_cancel_the_held_timer_before_they_close():
-    """tests/histories/engine_4_*: a status change cancels the held attribute's timer,
-    and a run continued as new writes what was held, then cancels the timer, before the
-    close (both replay in test_durability)."""
+def test_recorded_engine_4_runs_cancel_their_timers_before_they_close():
+    """tests/histories/engine_4_*: a status change cancels the held attribute's timer; a
+    run continued as new cancels it before the close without writing (its next run
+    writes when it loads), as it cancels an approval deadline's timer, which the next run
+    arms again (all replay in test_durability)."""
     histories = Path(__file__).parent / "histories"
 
     def kinds(name: str) -> list[str]:
@@ -281,10 +282,51 @@ def test_recorded_engine_4_runs_cancel_the_held_timer_before_they_close():
     cancel = kinds("engine_4_cancel")
     assert "TIMER_FIRED" not in cancel
     assert cancel.index("TIMER_STARTED") < cancel.index("TIMER_CANCELED"), cancel
-    continued = kinds("engine_4_run0")
-    assert "TIMER_FIRED" not in continued
-    assert continued[-3:] == [
-        "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES",
-        "TIMER_CANCELED",
-        "WORKFLOW_EXECUTION_CONTINUED_AS_NEW",
-    ], continued
+    for run in ("engine_4_run0", "engine_4_deadline_run0"):
+        continued = kinds(run)
+        assert "TIMER_FIRED" not in continued
+        last_task = len(continued) - 1 - continued[::-1].index("WORKFLOW_TASK_COMPLETED")
+        closing = continued[last_task + 1 :]  # what the closing workflow task wrote
+        assert closing[-2:] == ["TIMER_CANCELED", "WORKFLOW_EXECUTION_CONTINUED_AS_NEW"], closing
+        assert "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES" not in closing, closing
+    assert kinds("engine_4_run1")[:6][-1] == "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"
+    assert "TIMER_STARTED" in kinds("engine_4_deadline_run1")  # the deadline, armed again
+
+
+async def test_a_worker_refuses_a_run_carried_from_a_newer_engine(
+    session_env, tmp_path, monkeypatch
+):
+    """A run continued as new by a newer worker (its engine above this code's) fails its
+    workflow task here, saying what to do, and the session stays running for a worker
+    that knows its engine: replayed here it would not give the commands it recorded."""
+    from phasegate.activities import definitions
+    from phasegate.domain.session.plan import SESSION_ENGINE
+
+    monkeypatch.setattr(definitions, "SESSION_ENGINE", SESSION_ENGINE + 1)  # "a newer worker"
+    pg, _ = session_env
+    options = SessionOptions(continue_as_new_after_events=12)
+    sid = await pg.start("mini_v1", str(tmp_path), options=options)
+    first_run = (await pg.handle(sid).describe()).run_id
+    for i in range(6):  # failed attempts grow history past the limit
+        await pg.handle(sid).signal("checkpoint", {"phase": 0, "evidence": {}}, rpc_timeout=None)
+        if (await pg.handle(sid).describe()).run_id != first_run:
+            break
+        await asyncio.sleep(0.1)
+    handle = pg.temporal.get_workflow_handle(sid)
+    message = ""
+    for _ in range(100):
+        described = await handle.describe()
+        if described.run_id != first_run:
+            failed = _events(
+                await handle.fetch_history(), EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            )
+            if failed:
+                message = failed[0].workflow_task_failed_event_attributes.failure.message
+                break
+        await asyncio.sleep(0.1)
+    try:
+        assert f"this session runs engine {SESSION_ENGINE + 1}" in message, message
+        assert "upgrade phasegate on this worker" in message
+        assert described.status is not None and described.status.name == "RUNNING"
+    finally:
+        await handle.terminate("test over")

@@ -193,8 +193,8 @@ class Publisher:
         task's time on replay (a nondeterminism error under load, 2026-11).
 
         ``cancels`` (with ``by_timer``): a write that leaves the timer nothing to write
-        cancels it, and ``final`` (the run is about to close: complete or continue as new)
-        writes at once, holding nothing. A timer that fires while the run's closing
+        cancels it, and ``final`` (the run is about to complete) writes at once, holding
+        nothing. A timer that fires while the run's closing
         workflow task runs makes the server refuse that task's completion
         (``UnhandledCommand``: one more task and a full replay); a cancel sent before the
         close command withdraws the buffered firing, so the close goes through."""
@@ -219,6 +219,11 @@ class Publisher:
         self._upsert(name, phase, status)
         if cancels:
             self._cancel_timer()
+
+    def end_timer(self) -> None:
+        """End the held attribute's timer without writing what it holds (the run is
+        handing over to its next run, which writes its attributes when it loads)."""
+        self._cancel_timer()
 
     def _cancel_timer(self) -> None:
         """End the held attribute's timer, if one is running (its write is done or moot)."""

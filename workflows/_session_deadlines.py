@@ -36,18 +36,29 @@ class Deadlines:
     def __init__(self, host: Host) -> None:
         self._host = host
         self._key: tuple[int, datetime] | None = None
+        self._waiting: set[asyncio.Task[None]] = set()  # deadlines whose timer runs
 
     def arm(self) -> None:
         """Start the timer for the approval deadline the session now waits on, if any."""
         key = self._host._ready().approval_deadline()
         if key is not None and self._key != key:
             self._key = key
-            asyncio.create_task(self._deadline(key))
+            task = asyncio.create_task(self._deadline(key))
+            self._waiting.add(task)
+
+    def end(self) -> None:
+        """The run closes (engine 4): stop the timers of the deadlines still waiting, so a
+        firing during the closing workflow task cannot make the server refuse the close;
+        a continued run arms its deadline again from its carried state."""
+        for task in self._waiting:
+            task.cancel()
+        self._waiting.clear()
 
     async def _deadline(self, key: tuple[int, datetime]) -> None:
         state = self._host._ready()
         phase, due_at = key
         remaining = max((due_at - workflow.now()).total_seconds(), 0.001)
+        task = asyncio.current_task()
         try:
             await workflow.wait_condition(
                 lambda: not state.approval_pending(phase, due_at), timeout=remaining
@@ -58,6 +69,9 @@ class Deadlines:
             return
         except TimeoutError:
             pass
+        finally:
+            if task is not None:
+                self._waiting.discard(task)
         async with self._host._lock:
             expiry = state.apply_deadline(
                 phase, due_at, workflow.now(), session_id=workflow.info().workflow_id

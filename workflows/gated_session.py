@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from phasegate.domain.session.plan import (
         PHASE_ATTRIBUTE_SECONDS,
+        SESSION_ENGINE,
         ChecksHereRequest,
         LoadSessionRequest,
         RenderPhaseRequest,
@@ -151,6 +152,17 @@ class GatedSession:
     def _restore(self, carried: object) -> None:
         self._state = SessionState.from_carry(carried, workflow.info().run_id)
 
+    def _refuse_newer_engine(self) -> None:
+        """A run carried from a newer worker (its engine above this code's) fails its
+        workflow task on this worker, retried until a worker that knows its engine takes
+        it: replaying it here would not give the commands it recorded."""
+        if self._state is not None and self._state.engine > SESSION_ENGINE:
+            raise RuntimeError(
+                f"this session runs engine {self._state.engine}, this worker only knows up "
+                f"to {SESSION_ENGINE}: upgrade phasegate on this worker (`phasegate worker`) "
+                "or stop it; a newer worker takes the session"
+            )
+
     @workflow.run
     async def run(self, start: StartSession) -> SessionSummary:
         carried = await self._carry.proven()
@@ -166,6 +178,7 @@ class GatedSession:
                     "`carried`)",
                 )
             )
+        self._refuse_newer_engine()
         if self._state is None:
             plan = await self._load(start)
             now = workflow.now()
@@ -211,7 +224,10 @@ class GatedSession:
         await workflow.wait_condition(workflow.all_handlers_finished)
         if state.finished:  # a continued run projects what this one did not get to
             await self._tasks.flush()
-        self._publish(final=True)
+        if state.engine >= 4:
+            await self._close_timers(state)
+        else:
+            self._publish()
         if not state.finished:
             workflow.continue_as_new(
                 StartSession(
@@ -222,6 +238,21 @@ class GatedSession:
                 )
             )
         return state.summary()
+
+    async def _close_timers(self, state: SessionState) -> None:
+        """Engine 4, before the run's close command: no timer of this run may fire while
+        its closing workflow task runs (the server would refuse the close,
+        ``UnhandledCommand``). A completing run writes what it held; a run continuing as
+        new only cancels the held attribute's timer (the next run writes its attributes
+        when it loads). Deadlines' timers are cancelled too (the next run arms them from
+        its carried state). The yield lets the cancels' commands go out before the close."""
+        if state.finished:
+            self._publish(final=True)
+        else:
+            self._publisher.details(details_markdown(state))
+            self._publisher.end_timer()
+        self._deadlines.end()
+        await asyncio.sleep(0)
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
@@ -566,7 +597,7 @@ class GatedSession:
 
         With ``defer_search_attributes`` and a prefetch in flight, the upsert waits
         for the prefetch's workflow task (the run loop sees ``_visibility_due``).
-        ``final``: the run closes next (engine 4 writes what is held and ends its timer).
+        ``final``: the run completes next (engine 4 writes what is held, ends its timer).
         """
         state = self._ready()
         self._publisher.details(details_markdown(state))

@@ -381,8 +381,9 @@ async def engine_3(pg: PhasegateClient, home: str) -> None:
 async def engine_4(pg: PhasegateClient, home: str) -> None:
     """Sessions loaded at engine 4: a status change cancels the held attribute's timer
     (engine_4_cancel: an advance held, then awaiting approval), and a run that continues
-    as new while a change is held writes it and cancels the timer before it closes
-    (engine_4_run0, continued in engine_4_run1)."""
+    as new while a change is held cancels the timer before it closes, the next run writing
+    the attributes (engine_4_run0, continued in engine_4_run1), as one continued while an
+    approval's deadline runs cancels that timer (engine_4_deadline_run0, _run1)."""
     sid = await pg.start("mini_v1", home, session_id="engine-4-cancel")
     await pg.submit(sid, 0, GOOD_0)
     await _timer_started(pg, sid)
@@ -409,6 +410,27 @@ async def engine_4(pg: PhasegateClient, home: str) -> None:
     await pg.result(sid)
     await _save(pg, sid, "engine_4_run0", first_run)
     await _save(pg, sid, "engine_4_run1")
+
+    # Continued as new while an approval's deadline timer runs: cancelled before the close,
+    # armed again by the next run.
+    sid = await pg.start(
+        "deadline_reject_v1", home, session_id="engine-4-deadline", options=options
+    )
+    first_run = (await pg.handle(sid).describe()).run_id
+    await pg.submit(sid, 0, {"plan": "the plan"})  # awaiting approval: a 30 min deadline
+    for _ in range(40):  # retired checkpoint signals: recorded, dropped, history grows
+        retired = CheckpointSubmission(phase=0, evidence={"plan": "again"})
+        await pg.handle(sid).signal("checkpoint", retired)
+        await asyncio.sleep(0.05)
+        if (await pg.handle(sid).describe()).run_id != first_run:
+            break
+    else:
+        raise AssertionError("engine-4-deadline never continued as new")
+    await pg.decide(sid, approver="lead", decision="approve")
+    await pg.submit(sid, 1, {"done": True})
+    await pg.result(sid)
+    await _save(pg, sid, "engine_4_deadline_run0", first_run)
+    await _save(pg, sid, "engine_4_deadline_run1")
 
 
 async def _timer_started(pg: PhasegateClient, sid: str) -> None:
