@@ -227,10 +227,10 @@ async def test_a_timer_firing_during_the_closing_task_does_not_refuse_the_close(
     withdraws the buffered firing. Here the timer is 1 s and the closing task is held
     3 s, so the timer always fires during it; engine 3 shows the refusal."""
     from phasegate.activities import definitions
-    from phasegate.workflows import gated_session
+    from phasegate.workflows import _session_visibility
 
     monkeypatch.setattr(definitions, "SESSION_ENGINE", engine)
-    monkeypatch.setattr(gated_session, "PHASE_ATTRIBUTE_SECONDS", 1.0)
+    monkeypatch.setattr(_session_visibility, "PHASE_ATTRIBUTE_SECONDS", 1.0)
     monkeypatch.setenv("TEMPORAL_DEBUG", "1")  # the worker's deadlock detection off
     config = env.client.config()
     client = Client(**{**config, "interceptors": [*config["interceptors"], _HoldClosingTask()]})

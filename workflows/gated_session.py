@@ -46,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
     )
     from phasegate.domain.session.plan import (
-        PHASE_ATTRIBUTE_SECONDS,
         SESSION_ENGINE,
         ChecksHereRequest,
         LoadSessionRequest,
@@ -60,7 +59,6 @@ with workflow.unsafe.imports_passed_through():
         SessionState,
     )
     from phasegate.domain.session.tasking import files_source
-    from phasegate.domain.session.views import details_markdown
     from phasegate.domain.settings import verify_task_queue
     from phasegate.domain.tasks.files import ProjectResult, TaskFilesSource
     from phasegate.domain.tasks.messages import (
@@ -75,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
     from phasegate.domain.verify import VerifyReport, VerifyResult
     from phasegate.domain.verify_contain import checked_report
     from phasegate.temporal import application_error
-    from phasegate.workflows._kit import CarryGate, Publisher, check, not_ready, refuse
+    from phasegate.workflows._kit import CarryGate, check, not_ready, refuse
     from phasegate.workflows._metrics import advanced
     from phasegate.workflows._session_deadlines import Deadlines
     from phasegate.workflows._session_patches import (
@@ -90,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from phasegate.workflows._session_prefetch import Prefetch, render_now
     from phasegate.workflows._session_tasks import TaskDesk
+    from phasegate.workflows._session_visibility import SessionVisibility
 
 __all__ = ["DEADLINE_ACTOR", "GatedSession"]
 
@@ -117,7 +116,7 @@ class GatedSession:
         # Background render of the next phase (see SessionOptions.prefetch). Private:
         # no query, result or error ever reads it.
         self._prefetch = Prefetch()
-        self._publisher = Publisher()
+        self._visibility = SessionVisibility(self)
         self._deadlines = Deadlines(self)
         self._tasks = TaskDesk(self)
         self._verifying = False
@@ -216,7 +215,7 @@ class GatedSession:
             asyncio.create_task(self._tasks.run())
         while True:
             await workflow.wait_condition(
-                lambda: state.finished or self._should_continue_as_new() or self._visibility_due()
+                lambda: state.finished or self._should_continue_as_new() or self._visibility.due()
             )
             if state.finished or self._should_continue_as_new():
                 break
@@ -224,10 +223,7 @@ class GatedSession:
         await workflow.wait_condition(workflow.all_handlers_finished)
         if state.finished:  # a continued run projects what this one did not get to
             await self._tasks.flush()
-        if state.engine >= 4:
-            await self._close_timers(state)
-        else:
-            self._publish()
+        await self._visibility.close(state)
         if not state.finished:
             workflow.continue_as_new(
                 StartSession(
@@ -238,21 +234,6 @@ class GatedSession:
                 )
             )
         return state.summary()
-
-    async def _close_timers(self, state: SessionState) -> None:
-        """Engine 4, before the run's close command: no timer of this run may fire while
-        its closing workflow task runs (the server would refuse the close,
-        ``UnhandledCommand``). A completing run writes what it held; a run continuing as
-        new only cancels the held attribute's timer (the next run writes its attributes
-        when it loads). Deadlines' timers are cancelled too (the next run arms them from
-        its carried state). The yield lets the cancels' commands go out before the close."""
-        if state.finished:
-            self._publish(final=True)
-        else:
-            self._publisher.details(details_markdown(state))
-            self._publisher.end_timer()
-        self._deadlines.end()
-        await asyncio.sleep(0)
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()
@@ -585,37 +566,10 @@ class GatedSession:
         except PhasegateError as exc:
             raise application_error(exc, non_retryable=False) from None
 
-    # ---- visibility ----------------------------------------------------
+    # ---- visibility (_session_visibility) ---------------------------------
 
-    def _visibility_due(self) -> bool:
-        """Deferred search attributes are due once the prefetch has come back."""
-        stale = self._publisher.stale(*self._shown())
-        return stale and not self._prefetch.pending() and not self._publisher.holding()
-
-    def _publish(self, *, defer_search_attributes: bool = False, final: bool = False) -> None:
-        """Keep search attributes and the Web UI's current details in step with state.
-
-        With ``defer_search_attributes`` and a prefetch in flight, the upsert waits
-        for the prefetch's workflow task (the run loop sees ``_visibility_due``).
-        ``final``: the run completes next (engine 4 writes what is held, ends its timer).
-        """
-        state = self._ready()
-        self._publisher.details(details_markdown(state))
-        if defer_search_attributes and self._prefetch.pending():
-            return
-        every = PHASE_ATTRIBUTE_SECONDS if state.engine >= 2 else 0
-        self._publisher.attributes(
-            *self._shown(),
-            phase_every=every,
-            latest=self._shown,
-            by_timer=state.engine >= 3,
-            cancels=state.engine >= 4,
-            final=final,
-        )
-
-    def _shown(self) -> tuple[str, int, str]:
-        state = self._ready()
-        return state.workflow_type, state.current.index, state.status
+    def _publish(self, *, defer_search_attributes: bool = False) -> None:
+        self._visibility.publish(defer_search_attributes=defer_search_attributes)
 
     def _ready(self) -> SessionState:
         """The state, or the not-ready refusal for a message that came too early."""
