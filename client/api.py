@@ -46,6 +46,7 @@ from phasegate.domain.session.messages import (
     CheckpointSubmission,
     ControlRequest,
     ControlResult,
+    CurrentView,
     PhaseQuery,
     PhaseView,
     SequenceViolation,
@@ -166,8 +167,27 @@ class PhasegateClient(TaskMethods, BaseClient):
         self, session_id: str, phase: int | None = None
     ) -> PhaseView | SequenceViolation:
         if phase is None:
-            phase = (await self.status(session_id)).current_phase
+            current = await self.current(session_id)
+            if current.phase is not None:
+                return current.phase
+            phase = current.status.current_phase
         return await self._query(session_id, GatedSession.phase, PhaseQuery(phase=phase))
+
+    async def current(self, session_id: str) -> CurrentView:
+        """The status and the current phase's view (None once finished) in one round trip;
+        two against a worker older than the ``current`` query."""
+        try:
+            return await self._query(session_id, GatedSession.current)
+        except PhasegateError as err:
+            if "Query handler for 'current' expected but not found" not in err.message:
+                raise
+        status = await self.status(session_id)
+        view = None
+        if status.status not in ("completed", "abandoned"):
+            view = await self._query(
+                session_id, GatedSession.phase, PhaseQuery(phase=status.current_phase)
+            )
+        return CurrentView(status=status, phase=view if isinstance(view, PhaseView) else None)
 
     async def task(
         self, session_id: str, phase: int, task: str | int

@@ -181,7 +181,8 @@ class ScriptedAgent:
     async def _current(self, session_id: str) -> PhaseView | None:
         """The current phase's view (approving first if it waits), None once completed."""
         self.queries += 1
-        status = await self.client.status(session_id)
+        current = await self.client.current(session_id)
+        status = current.status
         decisions = 0  # a gate may want several approvers: ask until it moves on
         while status.status in ("awaiting_approval", "approval_overdue") and decisions < 10:
             if self.approve is None:
@@ -196,6 +197,8 @@ class ScriptedAgent:
             return None
         if status.status != "active":
             raise WalkFailed(f"session is {status.status}", where=session_id)
+        if decisions == 0 and current.phase is not None:
+            return current.phase  # read with the status, in one answer
         self.queries += 1
         view = await self.client.phase(session_id, status.current_phase)
         if isinstance(view, SequenceViolation):  # cannot happen for the current phase

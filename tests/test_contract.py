@@ -85,6 +85,8 @@ async def test_external_program_completes_each_shipped_workflow(
         for expected in range(total):
             view = await handle.query("phase", {"phase": expected})
             assert view.get("error") is None and view["phase"] == expected, view
+            current = await handle.query("current")  # the same view, with the status
+            assert current["phase"] == view and current["status"]["current_phase"] == expected
             if expected + 1 < total:
                 ahead = await handle.query("phase", {"phase": expected + 1})
                 assert ahead["error"] == "phase_sequence_violation"

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         CheckpointSubmission,
         ControlRequest,
         ControlResult,
+        CurrentView,
         PhaseArtifact,
         PhaseDefinition,
         PhaseQuery,
@@ -558,6 +559,15 @@ class GatedSession:
             return self._ready().artifact(q.phase)
         except PhasegateError as exc:
             raise application_error(exc, non_retryable=False) from None
+
+    @workflow.query
+    def current(self) -> CurrentView:
+        """The status and the current phase's view in one answer (an agent's first read)."""
+        state = self._ready()
+        view = None if state.finished else state.phase_view(state.current.index)
+        return CurrentView(
+            status=state.status_view(), phase=view if isinstance(view, PhaseView) else None
+        )
 
     @workflow.query
     def task(self, q: TaskQuery) -> TaskView | SequenceViolation:

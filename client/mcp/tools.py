@@ -21,7 +21,7 @@ from phasegate.client.mcp._render import (
     render_workflows,
 )
 from phasegate.client.mcp._tasks import TaskAction, TaskCall, run_task
-from phasegate.domain.errors import PayloadTooLarge, PhasegateError, PhaseSequenceViolation
+from phasegate.domain.errors import PayloadTooLarge, PhasegateError
 from phasegate.domain.graph.messages import GraphView, Question, StepReport, StepView
 from phasegate.domain.session.messages import (
     DEFAULT_MAX_EVIDENCE_BYTES,
@@ -272,13 +272,8 @@ class PhasegateTools:
 
         async def work() -> CallToolResult:
             pg = await self.client()
-            state = await pg.status(session_id)
-            view: PhaseView | None = None
-            if state.status not in ("completed", "abandoned"):
-                got = await pg.phase(session_id, state.current_phase)
-                if isinstance(got, SequenceViolation):  # the phase moved on meanwhile
-                    raise PhaseSequenceViolation(got.message, hint="call get_current_phase again")
-                view = got
+            current = await pg.current(session_id)  # one answer: the phase cannot move between
+            state, view = current.status, current.phase
             data = CurrentPhase(
                 session_id=session_id,
                 status=state.status,

@@ -39,6 +39,7 @@ __all__ = [
     "CompletedPhase",
     "ControlRequest",
     "ControlResult",
+    "CurrentView",
     "DefinitionRef",
     "GateField",
     "GateView",
@@ -491,6 +492,14 @@ class PhaseView(BaseModel):
     example_evidence: dict[str, Any] | None = Field(
         None, description="Evidence as the phase's docs show it (a starting point, if any)."
     )
+
+
+class CurrentView(BaseModel):
+    """Result of query ``current``: the status and the current phase's view in one answer
+    (one round trip, and no phase moving on between two reads)."""
+
+    status: SessionView
+    phase: PhaseView | None = Field(None, description="None once the session has finished.")
 
 
 class TaskView(BaseModel):
