@@ -201,32 +201,26 @@ class Publisher:
         if self._on_change and not self.stale(name, phase, status):
             self._held = None
             if cancels:
-                self._cancel_timer()
+                self.end_timer()
             return
         last = self._attributes
-        if final and cancels:
-            pass  # written at once, below
-        elif phase_every and by_timer and last is not None:
-            if (last[0], last[2]) == (name, status):
-                every = timedelta(seconds=phase_every)
+        phase_alone = last is not None and (last[0], last[2]) == (name, status)
+        if phase_every and phase_alone and not (final and cancels):
+            every = timedelta(seconds=phase_every)
+            if by_timer:
                 self._hold((name, phase, status), lambda: self._write_held_after(every, latest))
                 return
-        elif phase_every and last is not None and self._upserted_at is not None:
-            every = timedelta(seconds=phase_every)
-            if (last[0], last[2]) == (name, status) and workflow.now() < self._upserted_at + every:
+            if self._upserted_at is not None and workflow.now() < self._upserted_at + every:
                 self._hold((name, phase, status), lambda: self._write_held(every, latest))
                 return
         self._upsert(name, phase, status)
         if cancels:
-            self._cancel_timer()
+            self.end_timer()
 
     def end_timer(self) -> None:
-        """End the held attribute's timer without writing what it holds (the run is
-        handing over to its next run, which writes its attributes when it loads)."""
-        self._cancel_timer()
-
-    def _cancel_timer(self) -> None:
-        """End the held attribute's timer, if one is running (its write is done or moot)."""
+        """End the held attribute's timer, if one is running, without writing what it
+        holds (written already, moot, or left to the next run, which writes its attributes
+        when it loads)."""
         self._held = None
         if self._timer is not None and not self._timer.done():
             self._timer.cancel()
